@@ -1,0 +1,85 @@
+"""Command line: ``cleanflush status`` (no GPU needed)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import site
+import sys
+from typing import Any
+
+import cleanflush
+
+from ._env import ENV_VAR
+from ._state import STATE, TargetStatus
+
+# What `status` imports so that the hooks fire and every row tells the truth.
+_TARGET_MODULES = ("triton",)
+
+
+def _autoload_file() -> str | None:
+    dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+    for directory in dirs:
+        path = os.path.join(directory, "cleanflush.pth")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def collect_status() -> dict[str, Any]:
+    """Import each installed target, then report: the data behind `cleanflush status`."""
+    errors: list[TargetStatus] = []
+    for module in _TARGET_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass  # not installed: its row says so
+        except Exception as exc:  # an installed target that fails to import
+            errors.append(TargetStatus(module, module, None, False, f"import failed: {exc!r}"))
+    return {
+        "cleanflush": cleanflush.__version__,
+        "installed": cleanflush.is_installed(),
+        "source": STATE.source,
+        "policy": cleanflush.current_policy() if cleanflush.is_installed() else None,
+        "env": os.environ.get(ENV_VAR),
+        "autoload_file": _autoload_file(),
+        "targets": [row.as_dict() for row in cleanflush.status() + errors],
+    }
+
+
+def format_status(data: dict[str, Any]) -> str:
+    if data["installed"]:
+        head = f"cleanflush {data['cleanflush']}: installed ({data['source']}), policy {data['policy']}"
+    else:
+        head = f"cleanflush {data['cleanflush']}: NOT installed ({ENV_VAR}={data['env']!r}); stock flushes everywhere"
+    pth = data["autoload_file"]
+    auto = f"autoload: {pth} (active when {ENV_VAR} is set)" if pth else "autoload: cleanflush.pth not found"
+    rows = [("target", "version", "patched", "detail")]
+    for t in data["targets"]:
+        rows.append((t["target"], t["version"] or "-", "yes" if t["patched"] else "no", t["detail"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [head, auto, ""]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cleanflush", description=cleanflush.__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"cleanflush {cleanflush.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    status = commands.add_parser("status", help="which benchmarkers are patched, and why not (no GPU needed)")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    args = parser.parse_args(argv)
+
+    if args.command == "status":
+        data = collect_status()
+        print(json.dumps(data, indent=2) if args.json else format_status(data))
+        return 0
+    return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Put a wrapt wrapper on a class attribute and take it off again, exactly.
+
+The original object is read from the defining class's ``__dict__`` (no descriptor
+binding) and put back as that same object on revert.  If someone else wrapped the
+attribute after us, reverting would drop their wrapper too, so we disable ours instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import wrapt
+
+from ._state import warn_once
+
+Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+@dataclass(eq=False)
+class Patch:
+    owner: type
+    name: str
+    original: Any
+    wrapper: Any = None
+    active: bool = True
+
+    def _enabled(self) -> bool:
+        return self.active
+
+
+def defining_class(cls: type, name: str) -> type | None:
+    """The class in ``cls``'s MRO whose ``__dict__`` holds ``name``."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    return None
+
+
+def our_patch(owner: type, name: str) -> Patch | None:
+    """The live cleanflush patch on ``owner.name``, if that attribute is ours."""
+    patch = getattr(vars(owner).get(name), "_self_cleanflush_patch", None)
+    return patch if isinstance(patch, Patch) and patch.active else None
+
+
+def wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
+    """Wrap ``owner.name`` (which ``owner`` itself defines); idempotent."""
+    existing = our_patch(owner, name)
+    if existing is not None:
+        return existing
+    patch = Patch(owner, name, vars(owner)[name])
+    patch.wrapper = wrapt.FunctionWrapper(patch.original, wrapper, enabled=patch._enabled)
+    patch.wrapper._self_cleanflush_patch = patch
+    setattr(owner, name, patch.wrapper)
+    return patch
+
+
+def unwrap(patch: Patch) -> None:
+    """Restore the exact original object, or disable our wrapper if another sits on it."""
+    if vars(patch.owner).get(patch.name) is patch.wrapper:
+        setattr(patch.owner, patch.name, patch.original)
+    else:
+        warn_once(
+            f"unwrap:{id(patch)}",
+            f"{patch.owner.__qualname__}.{patch.name} was wrapped again after cleanflush; "
+            "cleanflush's wrapper is disabled and left in place under the newer one",
+        )
+    patch.active = False

@@ -1,0 +1,65 @@
+"""Everything cleanflush remembers at run time, in one place."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TargetStatus:
+    """One row of ``cleanflush.status()``: a place where a benchmarker flushes L2."""
+
+    target: str  # what is patched, e.g. "triton CudaDriver.clear_cache"
+    package: str  # "triton" or "torch"
+    version: str | None  # installed version, None when the package is not installed
+    patched: bool
+    detail: str  # what the patched target does, or why it is not patched
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "package": self.package,
+            "version": self.version,
+            "patched": self.patched,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class _State:
+    installed: bool = False
+    source: str | None = None  # "import", "install()", "autoload"
+    env_before_install: str | None = None
+    # target name -> the row status() reports for it
+    targets: dict[str, TargetStatus] = field(default_factory=dict)
+    # (target, policy) -> number of flushes run through our wrappers
+    flushes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    warned: set[str] = field(default_factory=set)
+
+
+STATE = _State()
+LOCK = threading.RLock()
+
+
+def record(row: TargetStatus) -> None:
+    with LOCK:
+        STATE.targets[row.target] = row
+
+
+def count_flush(target: str, policy: str) -> None:
+    # Counter += is not atomic across threads; a lost count is harmless, a lock per
+    # flush is not free, so none is taken here.
+    STATE.flushes[(target, policy)] += 1
+
+
+def warn_once(key: str, message: str) -> None:
+    """Warn the first time ``key`` is seen; benchmarks run in loops and must not spam."""
+    with LOCK:
+        if key in STATE.warned:
+            return
+        STATE.warned.add(key)
+    warnings.warn(f"cleanflush: {message}", RuntimeWarning, stacklevel=3)

@@ -1,0 +1,173 @@
+"""Triton: the driver's ``clear_cache``, which every Triton benchmark flushes through.
+
+* triton 3.3+: ``do_bench``, the autotuner, ``do_bench_proton`` and
+  ``do_bench_cudagraph_proton`` (3.8+) call ``driver.active.clear_cache(cache)``; we wrap
+  ``clear_cache`` on each driver class, so the stock write runs and our read follows.
+  ``get_empty_cache_for_benchmark`` is wrapped too, to allocate the read buffer before
+  ``do_bench_cudagraph_proton`` captures the flush into a CUDA graph.
+* triton 3.2: ``do_bench`` calls ``cache.zero_()`` inline on the tensor from
+  ``get_empty_cache_for_benchmark``; we return that tensor as a subclass whose
+  ``zero_`` runs the flush.
+* Older: the flush is inline on a local buffer in ``do_bench``; reported as unsupported.
+
+On triton 3.0-3.3 the active driver class (``triton.backends.backends[name].driver``)
+is a separate copy of the importable ``CudaDriver``, so both are patched.  Detection is
+by feature: which of the two methods a class defines, not the version string.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .. import _flush, _patching
+from .._state import STATE, TargetStatus, record
+
+HOOKS = ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver")
+PACKAGE = "triton"
+_IMPORTABLE = (
+    ("triton.backends.nvidia.driver", "CudaDriver"),
+    ("triton.backends.amd.driver", "HIPDriver"),
+)
+
+_patches: list[_patching.Patch] = []
+
+
+def _wrap(owner: type, name: str, wrapper: _patching.Wrapper) -> None:
+    patch = _patching.wrap(owner, name, wrapper)
+    if patch not in _patches:  # apply() runs once per hook module; wrap is idempotent
+        _patches.append(patch)
+
+
+def _version() -> str | None:
+    from . import installed_version
+
+    return installed_version("triton", "pytorch-triton")
+
+
+def driver_classes() -> list[tuple[str, type]]:
+    """(label, class) for every driver class loaded now: the registry's and the importable."""
+    found: list[tuple[str, type]] = []
+    backends = getattr(sys.modules.get("triton.backends"), "backends", None) or {}
+    for name, backend in backends.items():
+        found.append((f"triton.backends.backends[{name!r}].driver", backend.driver))
+    for module, name in _IMPORTABLE:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None:
+            found.append((f"{module}.{name}", cls))
+    unique: dict[int, tuple[str, type]] = {}
+    for label, cls in found:
+        # The importable name reads better when both are the same class (3.4+).
+        if id(cls) not in unique or not label.startswith("triton.backends.backends"):
+            unique[id(cls)] = (label, cls)
+    return list(unique.values())
+
+
+def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    cache = args[0] if args else kwargs["cache"]
+    _flush.flush(cache, lambda: wrapped(*args, **kwargs), "triton")
+
+
+def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    cache = wrapped(*args, **kwargs)
+    if STATE.installed:
+        try:
+            _flush.prepare(cache.device)  # before any CUDA-graph capture of the flush
+        except Exception:  # the flush itself warns and falls back if this mattered
+            pass
+    return cache
+
+
+def _get_inline_zero_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return _clean_cache_tensor(_get_empty_cache(wrapped, instance, args, kwargs))
+
+
+_CleanCache: type | None = None
+
+
+def _clean_cache_tensor(cache: Any) -> Any:
+    """triton 3.2: the cache tensor as a subclass whose inline ``zero_()`` is our flush."""
+    global _CleanCache
+    import torch
+
+    if _CleanCache is None:
+
+        class CleanFlushCache(torch.Tensor):
+            __torch_function__ = torch._C._disabled_torch_function_impl
+
+            def zero_(self) -> Any:
+                plain = self.as_subclass(torch.Tensor)
+                _flush.flush(plain, plain.zero_, "triton")
+                return self
+
+        _CleanCache = CleanFlushCache
+    return cache.as_subclass(_CleanCache)
+
+
+def patch_class(label: str, cls: type) -> TargetStatus:
+    """Patch one driver class according to the methods it has; return its status row."""
+    target = f"{label}.clear_cache"
+    clear_owner = _patching.defining_class(cls, "clear_cache")
+    empty_owner = _patching.defining_class(cls, "get_empty_cache_for_benchmark")
+    if clear_owner is not None and empty_owner is not None:
+        _wrap(clear_owner, "clear_cache", _clear_cache)
+        _wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
+        detail = "do_bench, autotuner and Proton helpers flush through it"
+        return TargetStatus(target, PACKAGE, _version(), True, detail)
+    if empty_owner is not None:
+        target = f"{label}.get_empty_cache_for_benchmark"
+        _wrap(empty_owner, "get_empty_cache_for_benchmark", _get_inline_zero_cache)
+        detail = "triton 3.2 layout: do_bench's inline zero_() runs the flush"
+        return TargetStatus(target, PACKAGE, _version(), True, detail)
+    return TargetStatus(
+        target, PACKAGE, _version(), False,
+        "this driver has neither clear_cache nor get_empty_cache_for_benchmark; stock flush kept",
+    )
+
+
+def apply() -> None:
+    classes = driver_classes()
+    for label, cls in classes:
+        record(patch_class(label, cls))
+    if "triton.backends" in sys.modules and not any(
+        row.patched for row in STATE.targets.values() if row.package == PACKAGE
+    ):
+        record(TargetStatus(
+            "triton.testing.do_bench", PACKAGE, _version(), False,
+            "unsupported: before triton 3.2 do_bench zeroes a local buffer inline; stock flush kept",
+        ))
+
+
+def revert() -> None:
+    while _patches:
+        _patching.unwrap(_patches.pop())
+    with_rows = [name for name, row in STATE.targets.items() if row.package == PACKAGE]
+    for name in with_rows:
+        row = STATE.targets[name]
+        if row.patched:
+            STATE.targets[name] = TargetStatus(row.target, row.package, row.version, False, "uninstalled")
+
+
+def status() -> list[TargetStatus]:
+    rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
+    version = _version()
+    if not rows:
+        if "triton" in sys.modules and "triton.backends" not in sys.modules:
+            return [TargetStatus(
+                "triton.testing.do_bench", PACKAGE, version, False,
+                "unsupported: this triton has no driver backends (before 3.0); stock flush kept",
+            )]
+        if version is None:
+            return [TargetStatus("triton", PACKAGE, None, False, "triton is not installed")]
+        detail = "not imported yet; patched when it is" if STATE.installed else "cleanflush is not installed"
+        return [TargetStatus("triton", PACKAGE, version, False, detail)]
+    testing = sys.modules.get("triton.testing")
+    if testing is not None:
+        proton = [n for n in ("do_bench_proton", "do_bench_cudagraph_proton") if hasattr(testing, n)]
+        if proton:
+            covered = any(r.patched and r.target.endswith("clear_cache") for r in rows)
+            rows.append(TargetStatus(
+                "triton.testing." + " / ".join(proton), PACKAGE, version, covered,
+                "flushes through the driver's clear_cache" if covered else "driver not patched",
+            ))
+    return rows
