@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import cleanflush
+from cleanflush import _policy
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def fresh_install():
+    """Every test starts as right after `import cleanflush`: installed, default policy."""
+    cleanflush.uninstall()
+    _policy.set_default(cleanflush.DEFAULT_POLICY)
+    cleanflush.install()
+    yield
+
+
+def run_python(code: str, env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; ``env`` entries set to None are removed."""
+    child_env = dict(os.environ)
+    child_env.pop("CLEANFLUSH", None)
+    for key, value in (env or {}).items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = value
+    return subprocess.run(
+        [sys.executable, *args, "-c", textwrap.dedent(code)],
+        env=child_env, capture_output=True, text=True, timeout=300,
+    )

@@ -1,0 +1,94 @@
+import pytest
+import torch
+
+import cleanflush
+from cleanflush import _flush
+
+from .ops import OpRecorder, overlaps
+
+MiB = 1 << 20
+
+
+def run_flush(cache):
+    _flush.prepare(cache.device)  # the one allocation per device, outside the record
+    with OpRecorder() as rec:
+        _flush.flush(cache, cache.zero_, "test")
+    return rec
+
+
+def assert_clean_read(op, cache, written):
+    name, args, kwargs = op
+    assert name == "sum"
+    data = args[0]
+    assert data.dtype == torch.float32  # never the int32 cache widened to int64
+    assert not overlaps(data, cache)  # a region disjoint from the dirty lines
+    assert data.numel() * 4 >= _flush.read_bytes(0, written)
+    assert kwargs.get("out") is not None  # into a preallocated scalar: no allocation
+
+
+def test_write_read_is_the_stock_write_then_a_float32_read():
+    cache = torch.full((1024,), 7, dtype=torch.int32)
+    rec = run_flush(cache)
+    assert rec.names == ["zero_", "sum"]
+    assert rec.ops[0][1][0] is cache
+    assert_clean_read(rec.ops[1], cache, cache.numel() * 4)
+    assert int(cache.sum()) == 0
+
+
+def test_read_policy_reads_only():
+    cache = torch.full((1024,), 7, dtype=torch.int32)
+    with cleanflush.policy("read"):
+        rec = run_flush(cache)
+    assert rec.names == ["sum"]
+    assert_clean_read(rec.ops[0], cache, 0)
+    assert int(cache.sum()) == 7 * 1024  # the cache is never written
+
+
+def test_write_policy_is_stock():
+    cache = torch.full((1024,), 7, dtype=torch.int32)
+    with cleanflush.policy("write"):
+        rec = run_flush(cache)
+    assert rec.names == ["zero_"]
+
+
+def test_no_allocation_after_the_first_flush():
+    cache = torch.empty(1024, dtype=torch.int32)
+    _flush.flush(cache, cache.zero_, "test")
+    buffer, sink, _ = _flush._buffers[cache.device]
+    with OpRecorder() as rec:
+        _flush.flush(cache, cache.zero_, "test")
+    assert not {"zeros", "empty"} & set(rec.names)
+    _, args, kwargs = rec.ops[-1]
+    assert args[0].data_ptr() == buffer.data_ptr()
+    assert kwargs["out"] is sink
+
+
+@pytest.mark.parametrize(
+    "l2, written, expected",
+    [
+        (60 * MiB, 256 * MiB, 120 * MiB),  # H200 do_bench: 2 x L2 after the stock 256 MiB write
+        (60 * MiB, 60 * MiB, 196 * MiB),  # L2-sized write: keep the GPU busy as long as stock
+        (60 * MiB, 0, 256 * MiB),  # read alone
+        (40 * MiB, 256 * MiB, 80 * MiB),  # A100
+        (200 * MiB, 0, 400 * MiB),  # a large L2: 2 x L2 wins
+    ],
+)
+def test_read_size(l2, written, expected):
+    assert _flush.read_bytes(l2, written) == expected
+
+
+def test_buffer_covers_every_read():
+    cache = torch.empty(16, dtype=torch.int32)
+    buffer, _, l2 = _flush.prepare(cache.device)
+    assert buffer.numel() * 4 >= _flush.read_bytes(l2, 0)
+
+
+def test_failed_read_falls_back_to_the_stock_write(monkeypatch):
+    def broken(device, written=0):
+        raise RuntimeError("no memory")
+
+    monkeypatch.setattr(_flush, "read", broken)
+    cache = torch.full((16,), 3, dtype=torch.int32)
+    with cleanflush.policy("read"), pytest.warns(RuntimeWarning, match="falls back to the stock write"):
+        _flush.flush(cache, cache.zero_, "fallback-test")
+    assert int(cache.sum()) == 0

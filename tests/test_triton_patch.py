@@ -1,0 +1,170 @@
+"""The Triton patch, against the installed triton's real driver classes on CPU tensors."""
+
+import pytest
+import torch
+import wrapt
+
+triton = pytest.importorskip("triton")
+
+import cleanflush  # noqa: E402
+from cleanflush import _flush  # noqa: E402
+from cleanflush.patches import triton as triton_patch  # noqa: E402
+
+from .ops import OpRecorder, overlaps  # noqa: E402
+
+
+def registry_drivers():
+    return {name: backend.driver for name, backend in triton.backends.backends.items()}
+
+
+def stock_functions():
+    """The exact objects in each driver class's __dict__ right now."""
+    return {
+        (cls, attr): vars(cls)[attr]
+        for cls in registry_drivers().values()
+        for attr in ("clear_cache", "get_empty_cache_for_benchmark")
+    }
+
+
+def bare_driver(cls):
+    # No GPU here: skip __init__ (it loads libcuda); class attributes are what we patch.
+    return object.__new__(cls)
+
+
+def test_patch_lands_on_every_registry_driver_class():
+    assert {"nvidia", "amd"} <= set(registry_drivers())
+    for cls in registry_drivers().values():
+        assert isinstance(vars(cls)["clear_cache"], wrapt.FunctionWrapper)
+        assert isinstance(vars(cls)["get_empty_cache_for_benchmark"], wrapt.FunctionWrapper)
+
+
+def test_importable_class_is_patched_too():
+    from triton.backends.nvidia.driver import CudaDriver
+
+    assert isinstance(vars(CudaDriver)["clear_cache"], wrapt.FunctionWrapper)
+
+
+@pytest.mark.parametrize(
+    "policy, expected",
+    [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])],
+)
+@pytest.mark.parametrize("backend", ["nvidia", "amd"])
+def test_patched_clear_cache_runs_the_policy(backend, policy, expected):
+    driver = bare_driver(registry_drivers()[backend])
+    cache = torch.full((4096,), 5, dtype=torch.int32)
+    _flush.prepare(cache.device)
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        driver.clear_cache(cache)
+    assert rec.names == expected
+    if "zero_" in expected:
+        assert rec.ops[0][1][0] is cache  # the stock write, on the stock buffer
+    if "sum" in expected:
+        data = rec.ops[-1][1][0]
+        assert data.dtype == torch.float32 and not overlaps(data, cache)
+    assert cleanflush.flush_counts()[("triton", policy)] >= 1
+
+
+def test_uninstall_restores_exact_objects_and_install_is_idempotent():
+    cleanflush.install()
+    wrapped = stock_functions()
+    originals = {key: fw.__wrapped__ for key, fw in wrapped.items()}
+    cleanflush.uninstall()
+    cleanflush.uninstall()
+    assert stock_functions() == originals  # identity: the dict compares with `is` first
+    for key, fn in stock_functions().items():
+        assert fn is originals[key]
+    driver = bare_driver(registry_drivers()["nvidia"])
+    cache = torch.full((16,), 5, dtype=torch.int32)
+    with OpRecorder() as rec:
+        driver.clear_cache(cache)
+    assert rec.names == ["zero_"]  # stock behaviour
+    cleanflush.install()
+    cleanflush.install()
+    for key, fw in stock_functions().items():
+        assert isinstance(fw, wrapt.FunctionWrapper)
+        assert fw.__wrapped__ is originals[key]  # wrapped once, not twice
+
+
+def test_foreign_wrapper_on_top_is_kept_and_ours_disabled():
+    cls = registry_drivers()["nvidia"]
+    ours = vars(cls)["clear_cache"]
+
+    def theirs(wrapped, instance, args, kwargs):
+        calls.append("theirs")
+        return wrapped(*args, **kwargs)
+
+    calls = []
+    wrapt.wrap_function_wrapper(cls, "clear_cache", theirs)
+    foreign = vars(cls)["clear_cache"]
+    try:
+        with pytest.warns(RuntimeWarning, match="wrapped again after cleanflush"):
+            cleanflush.uninstall()
+        assert vars(cls)["clear_cache"] is foreign
+        cache = torch.full((16,), 5, dtype=torch.int32)
+        with OpRecorder() as rec:
+            bare_driver(cls).clear_cache(cache)
+        assert calls == ["theirs"] and rec.names == ["zero_"]
+    finally:
+        setattr(cls, "clear_cache", ours.__wrapped__)
+
+
+def test_get_empty_cache_prepares_the_read_buffer(monkeypatch):
+    # Stand in for the CUDA allocation with a CPU tensor; the wrapper is the real one.
+    cls = registry_drivers()["nvidia"]
+    stock = vars(cls)["get_empty_cache_for_benchmark"].__wrapped__
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.zeros(8, dtype=torch.int32))
+    _flush._buffers.clear()
+    cache = bare_driver(cls).get_empty_cache_for_benchmark()
+    assert cache.device in _flush._buffers
+    assert stock is vars(cls)["get_empty_cache_for_benchmark"].__wrapped__
+
+
+class Triton32Driver:
+    """Stands in for triton 3.2's CudaDriver (not installable next to torch 2.13):
+    get_empty_cache_for_benchmark exists, clear_cache does not, do_bench zeroes inline."""
+
+    def get_empty_cache_for_benchmark(self):
+        return torch.full((1024,), 9, dtype=torch.int32)
+
+
+def do_bench_32_flush(driver):
+    cache = driver.get_empty_cache_for_benchmark()
+    cache.zero_()  # what triton 3.2's do_bench does inline
+    return cache
+
+
+def test_triton_3_2_layout_flushes_through_the_inline_zero():
+    original = vars(Triton32Driver)["get_empty_cache_for_benchmark"]
+    row = triton_patch.patch_class("fake32", Triton32Driver)
+    try:
+        assert row.patched and "3.2" in row.detail
+        driver = Triton32Driver()
+        _flush.prepare(torch.device("cpu"))
+        for policy, expected in [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]:
+            with cleanflush.policy(policy), OpRecorder() as rec:
+                cache = do_bench_32_flush(driver)
+            assert rec.names == expected
+            assert int(cache.sum()) == (9 * 1024 if policy == "read" else 0)
+    finally:
+        cleanflush.uninstall()
+    assert vars(Triton32Driver)["get_empty_cache_for_benchmark"] is original
+
+
+def test_driver_without_flush_methods_is_reported_unsupported():
+    class Triton31Driver:
+        pass
+
+    row = triton_patch.patch_class("fake31", Triton31Driver)
+    assert not row.patched and "stock flush kept" in row.detail
+    assert "clear_cache" not in vars(Triton31Driver)
+
+
+def test_status_lists_every_driver_class():
+    rows = {row.target: row for row in cleanflush.status()}
+    for name in ("nvidia", "amd"):
+        label = {"nvidia": "triton.backends.nvidia.driver.CudaDriver",
+                 "amd": "triton.backends.amd.driver.HIPDriver"}[name]
+        row = rows[f"{label}.clear_cache"]
+        assert row.patched and row.version == triton.__version__
+    cleanflush.uninstall()
+    assert not any(row.patched for row in cleanflush.status())
