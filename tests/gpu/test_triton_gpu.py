@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -27,16 +28,20 @@ def gemm():
     return fn
 
 
-def interleaved(gemm, rounds=5):
-    """Median per method over rounds that alternate stock, patched and reference."""
+def interleaved(gemm, rounds=7):
+    """Per method, the median over rounds (which alternate stock, patched and reference) of
+    each round's mean.  CUDA events tick in steps of about 1 us, so a median of samples is
+    quantised to that step (15.1 or 16.2 us, round to round); a mean of many is not."""
     samples = {"stock": [], "write-read": [], "read": [], "reference": []}
     for _ in range(rounds):
         with cleanflush.policy("write"):
-            samples["stock"].append(triton.testing.do_bench(gemm, return_mode="median"))
-        samples["write-read"].append(triton.testing.do_bench(gemm, return_mode="median"))
+            samples["stock"].append(triton.testing.do_bench(gemm, return_mode="mean"))
+        samples["write-read"].append(triton.testing.do_bench(gemm, return_mode="mean"))
         with cleanflush.policy("read"):
-            samples["read"].append(triton.testing.do_bench(gemm, return_mode="median"))
-        samples["reference"].append(_measure.median(_measure.read_flush_event_loop(gemm, 500)))
+            samples["read"].append(triton.testing.do_bench(gemm, return_mode="mean"))
+        samples["reference"].append(statistics.fmean(_measure.read_flush_event_loop(gemm, 1000)))
+    for name, values in samples.items():
+        print(f"{name:10s} rounds (us): " + " ".join(f"{v * 1e3:.2f}" for v in values))
     result = {name: _measure.median(values) * 1e3 for name, values in samples.items()}
     print("\n" + "  ".join(f"{k}={v:.2f}us" for k, v in result.items()), torch.cuda.get_device_name())
     return result
@@ -137,7 +142,9 @@ def test_timed_gemm_writes_almost_nothing_under_ncu():
 @pytest.mark.parametrize("policy, kernels", [("write-read", 2), ("read", 1), ("write", 1)])
 def test_flush_launches_one_kernel_per_step(policy, kernels):
     # A split reduction (partials, then a final sum) would leave a gap that per-kernel
-    # timers such as Proton can pick up; the read must be a single kernel.
+    # timers such as Proton can pick up; the read must be a single kernel.  torch's
+    # reduction clears its few-byte semaphore buffer with a memset first: not a kernel of
+    # ours to time, and it runs before the read, so it is left out of the count.
     driver = triton.runtime.driver.active
     cache = driver.get_empty_cache_for_benchmark()
     torch.cuda.synchronize()
@@ -146,6 +153,7 @@ def test_flush_launches_one_kernel_per_step(policy, kernels):
     ) as prof:
         driver.clear_cache(cache)
         torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    names = [e.name for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memset")]
     print(policy, names)
     assert len(names) == kernels, names
