@@ -16,7 +16,7 @@ from ._env import ENV_VAR
 from ._state import STATE, TargetStatus
 
 # What `status` imports so that the hooks fire and every row tells the truth.
-_TARGET_MODULES = ("triton",)
+_TARGET_MODULES = ("triton", "torch._inductor.runtime.benchmarking", "torch._inductor.utils")
 
 
 def _autoload_file() -> str | None:

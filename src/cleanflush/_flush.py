@@ -101,13 +101,19 @@ def flush(cache: torch.Tensor, write: Callable[[], Any], target: str) -> None:
             write()
 
 
-def after_write(device: torch.device, written: int, target: str) -> None:
-    """The read half alone, for benchmarkers whose stock write is inline in their code."""
+def after_write(device: torch.device, written: int | None, target: str) -> None:
+    """The read half alone, for benchmarkers whose stock write is inline in their code.
+
+    ``written`` is the size of that write, ``None`` for one L2.  The write cannot be
+    skipped, so the ``read`` policy runs as ``write-read`` here and is counted so.
+    """
     policy = current_policy()
-    count_flush(target, policy)
+    count_flush(target, "write" if policy == "write" else "write-read")
     if policy == "write":
         return
     try:
+        if written is None:
+            written = prepare(device)[2]
         read(device, written)
     except Exception as exc:
         warn_once(f"read:{target}", f"the clean read failed in {target} ({exc}); stock flush kept")

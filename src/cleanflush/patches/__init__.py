@@ -6,9 +6,9 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import metadata
 
-from . import triton
+from . import inductor, triton
 
-TARGETS = (triton,)
+TARGETS = (triton, inductor)
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,205 @@
+"""PyTorch Inductor: its benchmarkers flush L2 with an inline ``buffer.zero_()``.
+
+The write is inline, so we add only the read, right after it and before the timer starts:
+
+* ``InductorBenchmarker.benchmark_gpu`` (and the estimation loop of
+  ``TorchProfilerBenchmarker``): each loop iteration is ``buffer.zero_();
+  start_event.record(); _callable(); end_event.record()``.  Inside a patched benchmark
+  call, ``get_event_pairs`` hands out start events whose ``record()`` enqueues the read
+  first.
+* ``TorchProfilerBenchmarker``'s profiled loop and ``utils._do_bench_using_profiling``:
+  ``buffer.zero_(); with record_function(NAME): fn()``.  Inside a patched benchmark call,
+  entering a ``record_function`` with that NAME enqueues the read first, so the profiler
+  never counts the read as part of the benchmarked callable.
+* ``TritonBenchmarker`` calls ``triton.testing.do_bench``: the Triton patch covers it.
+
+The methods themselves are wrapped, not replaced, so upstream's decorators, loop, sample
+counts, return modes, counters and cudagraph routing stay exactly as they are.  Classes
+are patched (the ``benchmarker`` singleton is bound by name all over Inductor), and an
+unknown shape leaves the stock code in place with a warning and a status line.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextvars import ContextVar
+from typing import Any
+
+import wrapt
+
+from .. import _flush, _patching
+from .._state import STATE, TargetStatus, record, warn_once
+
+PACKAGE = "torch"
+BENCHMARKING = "torch._inductor.runtime.benchmarking"
+UTILS = "torch._inductor.utils"
+PROFILER = "torch.autograd.profiler"
+HOOKS = (BENCHMARKING, UTILS)
+_READ_NOTE = "policy read runs as write-read here: the stock write is inline"
+
+# (target, bytes of the inline write or None for one L2, device type) while a patched
+# benchmark runs.
+_active: ContextVar[tuple[str, int | None, Any] | None] = ContextVar("cleanflush_inductor", default=None)
+_regions: set[str] = set()  # record_function names that open a timed region
+_patches: list[_patching.Patch] = []
+
+
+def _version() -> str | None:
+    from . import installed_version
+
+    return installed_version("torch")
+
+
+def _wrap(owner: Any, name: str, wrapper: _patching.Wrapper) -> None:
+    patch = _patching.wrap(owner, name, wrapper)
+    if patch not in _patches:
+        _patches.append(patch)
+
+
+def _device(device_type: Any = None) -> Any:
+    import torch
+
+    kind = getattr(device_type, "type", device_type) or "cuda"
+    index = getattr(torch, kind).current_device()
+    return torch.device(kind, index) if isinstance(index, int) else torch.device(kind)
+
+
+def _benchmark(target: str, written: int | None) -> _patching.Wrapper:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        token = _active.set((target, written, kwargs.get("device_type")))
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _active.reset(token)
+
+    return wrapper
+
+
+class _ReadBeforeStart(wrapt.ObjectProxy):  # type: ignore[misc]
+    """A start event whose ``record()`` first enqueues the clean read."""
+
+    def __init__(self, event: Any, device: Any, target: str, written: int | None) -> None:
+        super().__init__(event)
+        self._self_flush = (device, written, target)
+
+    def record(self, *args: Any, **kwargs: Any) -> Any:
+        _flush.after_write(*self._self_flush)
+        return self.__wrapped__.record(*args, **kwargs)
+
+
+def _get_event_pairs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    pairs = wrapped(*args, **kwargs)
+    active = _active.get()
+    if active is None:
+        return pairs
+    target, written, device_type = active
+    try:
+        device = _device(kwargs.get("device_type", device_type))
+    except Exception as exc:
+        warn_once(f"device:{target}", f"{target}: no device for the read ({exc!r}); stock flush kept")
+        return pairs
+    return [(_ReadBeforeStart(start, device, target, written), end) for start, end in pairs]
+
+
+def _record_function_enter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    active = _active.get()
+    if active is not None and getattr(instance, "name", None) in _regions:
+        target, written, device_type = active
+        try:
+            _flush.after_write(_device(device_type), written, target)
+        except Exception as exc:
+            warn_once(f"device:{target}", f"{target}: no device for the read ({exc!r}); stock flush kept")
+    return wrapped(*args, **kwargs)
+
+
+def _patch_record_function() -> None:
+    profiler = sys.modules[PROFILER]
+    owner = _patching.defining_class(profiler.record_function, "__enter__")
+    _wrap(owner, "__enter__", _record_function_enter)
+
+
+def _row(target: str, patched: bool, detail: str) -> None:
+    record(TargetStatus(target, PACKAGE, _version(), patched, detail))
+
+
+def _unsupported(target: str, reason: str) -> None:
+    warn_once(f"inductor:{target}", f"{target}: {reason}; its stock flush is kept")
+    _row(target, False, f"unsupported: {reason}; stock flush kept")
+
+
+def _apply_benchmarking(module: Any) -> None:
+    import torch
+
+
+    inductor = getattr(module, "InductorBenchmarker", None)
+    target = "InductorBenchmarker.benchmark_gpu"
+    if inductor is None:
+        _row(target, False, "not in this torch (added in 2.7); TritonBenchmarker is the default")
+    elif "benchmark_gpu" in vars(inductor) and "get_event_pairs" in vars(inductor):
+        _wrap(inductor, "get_event_pairs", _get_event_pairs)
+        _wrap(inductor, "benchmark_gpu", _benchmark(target, None))
+        _row(target, True, f"read after the inline L2-sized zero_(), before each start event; {_READ_NOTE}")
+    else:
+        _unsupported(target, "no get_event_pairs/benchmark_gpu on InductorBenchmarker")
+
+    profiler_cls = getattr(module, "TorchProfilerBenchmarker", None)
+    target = "TorchProfilerBenchmarker.benchmark_gpu"
+    region = getattr(module, "_CALLABLE_PROFILE_EVENT_NAME", None)
+    if profiler_cls is None:
+        return  # torch < 2.13: the class does not exist, nothing to report
+    if region and "benchmark_gpu" in vars(profiler_cls) and inductor is not None:
+        _patch_record_function()
+        _regions.add(region)
+        written = 256 * 1024 * 1024 if torch.version.hip else None
+        _wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written))
+        _row(target, True, f"read after the inline zero_(), outside the profiled {region!r} region; {_READ_NOTE}")
+    else:
+        _unsupported(target, "unknown TorchProfilerBenchmarker layout")
+
+
+def _apply_utils(module: Any) -> None:
+    target = "torch._inductor.utils._do_bench_using_profiling"
+    region = getattr(module, "_DO_BENCH_PROFILE_EVENT_NAME", None)
+    if "_do_bench_using_profiling" in vars(module) and region:
+        _patch_record_function()
+        _regions.add(region)
+        _wrap(module, "_do_bench_using_profiling", _benchmark(target, 256 * 10**6))
+        _row(target, True, f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")
+    elif hasattr(module, "do_bench_using_profiling"):
+        _unsupported(target, "torch < 2.10 inlines the flush in do_bench_using_profiling, "
+                             "which call sites import by name")
+
+
+def apply() -> None:
+    if BENCHMARKING in sys.modules:
+        _apply_benchmarking(sys.modules[BENCHMARKING])
+    if UTILS in sys.modules:
+        _apply_utils(sys.modules[UTILS])
+
+
+def revert() -> None:
+    while _patches:
+        _patching.unwrap(_patches.pop())
+    _regions.clear()
+    for name, row in list(STATE.targets.items()):
+        if row.package == PACKAGE and row.patched:
+            STATE.targets[name] = TargetStatus(row.target, row.package, row.version, False, "uninstalled")
+
+
+def status() -> list[TargetStatus]:
+    rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
+    if hasattr(sys.modules.get(BENCHMARKING), "TritonBenchmarker"):
+        triton_patched = any(r.patched and r.target.endswith("clear_cache") for r in STATE.targets.values())
+        rows.insert(0, TargetStatus(
+            "TritonBenchmarker.benchmark_gpu", PACKAGE, _version(), triton_patched,
+            "flushes through triton.testing.do_bench: " + ("patched there" if triton_patched
+                                                            else "the triton driver is not patched"),
+        ))
+    if rows:
+        return rows
+    version = _version()
+    if version is None:
+        return [TargetStatus("torch._inductor", PACKAGE, None, False, "torch is not installed")]
+    detail = ("not imported yet; patched when it is" if STATE.installed
+              else "cleanflush is not installed")
+    return [TargetStatus("torch._inductor", PACKAGE, version, False, detail)]
