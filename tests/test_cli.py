@@ -44,3 +44,23 @@ def test_status_when_switched_off():
 def test_unknown_command_is_a_usage_error():
     out = _run(["frobnicate"], None)
     assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+def test_report_file_records_each_process_that_flushed(tmp_path):
+    from .conftest import run_python
+
+    report = tmp_path / "report.jsonl"
+    code = """
+    import torch, triton
+    driver = object.__new__(triton.backends.backends["nvidia"].driver)
+    cache = torch.zeros(16, dtype=torch.int32)
+    for _ in range(3):
+        driver.clear_cache(cache)
+    """
+    for value in ("read", "0"):
+        child = run_python(code, {"CLEANFLUSH": value, "CLEANFLUSH_REPORT": str(report)})
+        assert child.returncode == 0, child.stderr
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert len(lines) == 1  # the CLEANFLUSH=0 process patched nothing and wrote nothing
+    assert lines[0]["flushes"] == {"triton | read": 3}
+    assert lines[0]["source"] == "autoload"

@@ -9,6 +9,7 @@ when they are imported, or at once if they already are.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from typing import Any
@@ -18,7 +19,7 @@ import wrapt
 from . import _env, _policy
 from ._env import DEFAULT_POLICY, ENV_VAR, POLICIES
 from ._policy import current_policy, policy
-from ._state import LOCK, STATE, TargetStatus
+from ._state import LOCK, REPORT_VAR, STATE, TargetStatus, write_report
 from .patches import TARGETS
 
 __all__ = [
@@ -72,6 +73,8 @@ def install(policy: str | None = None, *, source: str = "install()") -> None:
         os.environ[ENV_VAR] = _policy._default
         if not _hooks_registered:
             _hooks_registered = True
+            if os.environ.get(REPORT_VAR):
+                atexit.register(write_report, os.environ[REPORT_VAR])
             for target in TARGETS:
                 for module in target.HOOKS:
                     # Fires at once for modules already imported.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import threading
 import warnings
 from collections import Counter
@@ -63,3 +66,29 @@ def warn_once(key: str, message: str) -> None:
             return
         STATE.warned.add(key)
     warnings.warn(f"cleanflush: {message}", RuntimeWarning, stacklevel=3)
+
+
+REPORT_VAR = "CLEANFLUSH_REPORT"
+
+
+def write_report(path: str) -> None:
+    """Append one JSON line about this process: which flushes ran, under which policy.
+
+    Registered at exit when ``CLEANFLUSH_REPORT`` names a file, so that processes nobody
+    can inspect (Inductor's autotuning workers) leave evidence of what they did.
+    """
+    if not STATE.flushes:
+        return
+    line = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": sys.argv,
+        "source": STATE.source,
+        "flushes": {f"{target} | {policy}": n for (target, policy), n in sorted(STATE.flushes.items())},
+        "patched": sorted(row.target for row in STATE.targets.values() if row.patched),
+    }
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+    except OSError as exc:
+        print(f"cleanflush: could not write {REPORT_VAR}={path!r}: {exc}", file=sys.stderr)
