@@ -58,6 +58,12 @@ def main(rounds: int = 7, iters: int = 400) -> None:
     for name, xs in samples.items():
         q = statistics.quantiles(xs, n=4)
         print(f"evloop  {name:42s} mean {statistics.fmean(xs):6.2f}  median {statistics.median(xs):6.2f}  IQR {q[0]:6.2f}-{q[2]:6.2f}")
+    for p in cleanflush.POLICIES:  # the shape of one do_bench call's samples
+        with cleanflush.policy(p):
+            xs = sorted(x * 1e3 for x in triton.testing.do_bench(fn, return_mode="all"))
+        pct = {q: xs[min(len(xs) - 1, int(q / 100 * len(xs)))] for q in (10, 50, 90, 99)}
+        print(f"do_bench samples policy {p:22s} n={len(xs):5d} " + " ".join(f"p{q}={v:.2f}" for q, v in pct.items())
+              + f" max={xs[-1]:.2f} mean={statistics.fmean(xs):.2f}")
     for p, xs in bench.items():
         print(f"do_bench (mean) policy {p:24s} median {statistics.median(xs):6.2f}  rounds {min(xs):6.2f}-{max(xs):6.2f}")
 

@@ -1,5 +1,6 @@
 """The Inductor patch, against the installed torch's real benchmarker classes on CPU."""
 
+import inspect
 import os
 import subprocess
 import sys
@@ -23,15 +24,22 @@ InductorBenchmarker = benchmarking.InductorBenchmarker
 record_function = torch.autograd.profiler.record_function
 
 
+HAS_PROFILER_BENCH = hasattr(benchmarking, "TorchProfilerBenchmarker")
+HAS_UTILS_REGION = hasattr(inductor_utils, "_DO_BENCH_PROFILE_EVENT_NAME")
+HAS_DEVICE_TYPE = "device_type" in inspect.signature(InductorBenchmarker.benchmark_gpu).parameters
+needs_cpu_device_type = pytest.mark.skipif(
+    not HAS_DEVICE_TYPE, reason="benchmark_gpu takes no device_type before torch 2.13: GPU tests only")
+
+
 def targets():
-    found = {
-        (InductorBenchmarker, "benchmark_gpu"),
-        (InductorBenchmarker, "get_event_pairs"),
-        (record_function, "__enter__"),
-        (inductor_utils, "_do_bench_using_profiling"),
-    }
-    if hasattr(benchmarking, "TorchProfilerBenchmarker"):
+    """What this torch offers to patch, found by feature as the patch does."""
+    found = {(InductorBenchmarker, "benchmark_gpu"), (InductorBenchmarker, "get_event_pairs")}
+    if HAS_PROFILER_BENCH:
         found.add((benchmarking.TorchProfilerBenchmarker, "benchmark_gpu"))
+    if HAS_UTILS_REGION:
+        found.add((inductor_utils, "_do_bench_using_profiling"))
+    if HAS_PROFILER_BENCH or HAS_UTILS_REGION:
+        found.add((record_function, "__enter__"))
     return found
 
 
@@ -50,6 +58,7 @@ def test_every_target_is_wrapped():
         assert isinstance(vars(owner)[name], wrapt.FunctionWrapper), (owner, name)
 
 
+@needs_cpu_device_type
 def test_read_sits_between_the_inline_write_and_each_timed_call():
     rec = bench_on_cpu()
     names = rec.names
@@ -64,6 +73,7 @@ def test_read_sits_between_the_inline_write_and_each_timed_call():
     assert names.count("sum") == 8  # nothing added to the memory warm-up or elsewhere
 
 
+@needs_cpu_device_type
 def test_write_policy_is_stock_and_read_runs_as_write_read():
     assert "sum" not in bench_on_cpu("write").names
     before = cleanflush.flush_counts().get(("InductorBenchmarker.benchmark_gpu", "write-read"), 0)
@@ -72,6 +82,7 @@ def test_write_policy_is_stock_and_read_runs_as_write_read():
     assert cleanflush.flush_counts()[("InductorBenchmarker.benchmark_gpu", "write-read")] == before + 8
 
 
+@needs_cpu_device_type
 def test_upstream_decorators_and_counters_still_run():
     key = "benchmarking.InductorBenchmarker.benchmark_gpu"
     before = counters["inductor"][key]
@@ -79,11 +90,13 @@ def test_upstream_decorators_and_counters_still_run():
     assert counters["inductor"][key] == before + 1
 
 
+@needs_cpu_device_type
 def test_event_pairs_outside_a_benchmark_are_plain():
     pairs = InductorBenchmarker().get_event_pairs(2, device_type="cpu")
     assert not any(isinstance(start, wrapt.ObjectProxy) for start, _ in pairs)
 
 
+@pytest.mark.skipif(not HAS_PROFILER_BENCH, reason="no profiler-region benchmarker in this torch")
 def test_profiled_region_gets_the_read_before_it_opens():
     _flush.prepare(torch.device("cpu"))
     token = inductor_patch._active.set(("test-region", 0, "cpu"))
@@ -103,7 +116,8 @@ def test_uninstall_restores_exact_objects():
     cleanflush.uninstall()
     for (owner, name), original in originals.items():
         assert vars(owner)[name] is original, (owner, name)
-    assert "sum" not in bench_on_cpu().names
+    if HAS_DEVICE_TYPE:
+        assert "sum" not in bench_on_cpu().names
     cleanflush.install()
     for (owner, name), original in originals.items():
         assert vars(owner)[name].__wrapped__ is original
@@ -112,9 +126,12 @@ def test_uninstall_restores_exact_objects():
 def test_status_lists_each_inductor_target():
     rows = {row.target: row for row in cleanflush.status() if row.package == "torch"}
     assert rows["InductorBenchmarker.benchmark_gpu"].patched
-    assert rows["torch._inductor.utils._do_bench_using_profiling"].patched
     assert rows["TritonBenchmarker.benchmark_gpu"].patched
-    if hasattr(benchmarking, "TorchProfilerBenchmarker"):
+    utils_row = rows["torch._inductor.utils._do_bench_using_profiling"]
+    assert utils_row.patched == HAS_UTILS_REGION
+    if not HAS_UTILS_REGION:
+        assert "unsupported" in utils_row.detail
+    if HAS_PROFILER_BENCH:
         assert rows["TorchProfilerBenchmarker.benchmark_gpu"].patched
     assert "read runs as write-read" in rows["InductorBenchmarker.benchmark_gpu"].detail
 

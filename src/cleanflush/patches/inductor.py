@@ -165,6 +165,9 @@ def _apply_utils(module: Any) -> None:
         _regions.add(region)
         _wrap(module, "_do_bench_using_profiling", _benchmark(target, 256 * 10**6))
         _row(target, True, f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")
+    elif "_do_bench_using_profiling" in vars(module):
+        _unsupported(target, "this torch's _do_bench_using_profiling has no named profiler region "
+                             "to put the read in front of (torch 2.13 has one)")
     elif hasattr(module, "do_bench_using_profiling"):
         _unsupported(target, "torch < 2.10 inlines the flush in do_bench_using_profiling, "
                              "which call sites import by name")
