@@ -1,4 +1,4 @@
-"""Command line: ``cleanflush status`` (no GPU needed)."""
+"""Command line: ``cleanflush status`` (no GPU needed) and ``cleanflush verify``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import cleanflush
 
+from . import _verify
 from ._env import ENV_VAR
 from ._state import STATE, TargetStatus
 
@@ -66,13 +67,48 @@ def format_status(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a device index (0, 1, ...), got {text!r}")
+    return int(text)
+
+
+def _shape(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected N,K as two positive integers, e.g. 4096,4096; got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cleanflush", description=cleanflush.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cleanflush {cleanflush.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     status = commands.add_parser("status", help="which benchmarkers are patched, and why not (no GPU needed)")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+    verify = commands.add_parser(
+        "verify", help="time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect")
+    verify.add_argument("--shape", type=_shape, default=(4096, 4096), metavar="N,K",
+                        help="weight shape N,K of F.linear(x[1,K], W[N,K]) (default 4096,4096)")
+    verify.add_argument("--dtype", choices=_verify.DTYPES, default="bfloat16")
+    verify.add_argument("--device", type=_non_negative, default=0, help="CUDA device index (default 0)")
+    verify.add_argument("--rounds", type=_positive, default=5, help="interleaved rounds (default 5)")
+    verify.add_argument("--ncu", action="store_true",
+                        help="also measure the timed GEMM's DRAM write bytes with Nsight Compute")
+    verify.add_argument("--json", dest="json_path", metavar="PATH", help="write the full record as JSON")
     args = parser.parse_args(argv)
+
+    if args.command == "verify":
+        n, k = args.shape
+        return _verify.run(_verify.Options(n=n, k=k, dtype=args.dtype, device=args.device, rounds=args.rounds,
+                                           ncu=args.ncu, json_path=args.json_path))
 
     if args.command == "status":
         data = collect_status()

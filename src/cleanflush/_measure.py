@@ -5,7 +5,10 @@ Imported only when measuring: it imports torch.
 
 from __future__ import annotations
 
+import csv
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any, Callable
 
@@ -91,3 +94,79 @@ def median(values: list[float]) -> float:
 def iqr(values: list[float]) -> tuple[float, float]:
     q = statistics.quantiles(values, n=4)
     return q[0], q[2]
+
+
+def central_mean(samples: list[float]) -> float:
+    """Mean of the middle 80% of samples.
+
+    CUDA event timestamps tick in steps of about 1 us on an H200, so a median of samples is
+    quantised to that step; a mean is not, but a rare host hiccup moves it.  Trimming the
+    tails keeps both problems out.
+    """
+    xs = sorted(samples)
+    cut = len(xs) // 10
+    return statistics.fmean(xs[cut:len(xs) - cut])
+
+
+NCU_METRIC = "dram__bytes_write.sum"
+_UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+
+
+def ncu_write_bytes(script: str, timeout: float = 600) -> list[tuple[str, float]]:
+    """Run ``script`` under Nsight Compute and return (kernel name, DRAM bytes written) for
+    every kernel launched inside an NVTX range named ``timed``, in launch order.
+
+    The profiler leaves the cache and the clocks alone (``--cache-control none
+    --clock-control none``) and replays the whole program per pass, so each kernel sees the
+    L2 state the program left, as in a real benchmark.
+    """
+    out = subprocess.run(
+        ["ncu", "--cache-control", "none", "--clock-control", "none", "--replay-mode", "application",
+         "--profile-from-start", "off", "--nvtx", "--nvtx-include", "timed/", "--csv",
+         "--metrics", NCU_METRIC, sys.executable, "-c", script],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout).strip()[-500:]}")
+    rows = [r for r in csv.reader(out.stdout.splitlines()) if len(r) > 10]
+    if not rows:
+        raise RuntimeError("ncu reported no kernels")
+    col = {name: i for i, name in enumerate(rows[0])}
+    kernels = []
+    for r in rows[1:]:
+        if r[col["Metric Name"]] == NCU_METRIC:
+            value = float(r[col["Metric Value"]].replace(",", ""))
+            kernels.append((r[col["Kernel Name"]], value * _UNITS[r[col["Metric Unit"]]]))
+    return kernels
+
+
+def ncu_script(n: int, k: int, dtype: str, device: int, calls: int) -> str:
+    """A program that runs ``calls`` timed GEMMs after the stock flush, then ``calls`` after
+    the cleanflush flush, each GEMM inside an NVTX range ``timed``."""
+    return f"""
+import torch, triton, cleanflush
+from cleanflush import _measure
+torch.cuda.set_device({device})
+fn, _, _ = _measure.one_row_gemm({n}, {k}, torch.{dtype})
+driver = triton.runtime.driver.active
+cache = driver.get_empty_cache_for_benchmark()
+_measure.warm_up(fn, 1.0)
+torch.cuda.profiler.start()
+for policy in ("write", cleanflush.current_policy()):
+    with cleanflush.policy(policy):
+        for _ in range({calls}):
+            driver.clear_cache(cache)
+            torch.cuda.nvtx.range_push("timed")
+            fn()
+            torch.cuda.nvtx.range_pop()
+torch.cuda.synchronize()
+torch.cuda.profiler.stop()
+"""
+
+
+def split_phases(kernels: list[tuple[str, float]], calls: int) -> tuple[float, float]:
+    """Bytes written per timed call in the first and the second half of ``kernels``."""
+    half = len(kernels) // 2
+    if half == 0 or len(kernels) % 2:
+        raise RuntimeError(f"expected the same kernels in both phases, got {len(kernels)}")
+    return (sum(b for _, b in kernels[:half]) / calls, sum(b for _, b in kernels[half:]) / calls)

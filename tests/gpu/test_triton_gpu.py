@@ -1,11 +1,6 @@
 """On a CUDA GPU: does the patched do_bench report the clean time?  Run: pytest -m gpu -s"""
 
-import os
 import shutil
-import statistics
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -28,25 +23,16 @@ def gemm():
     return fn
 
 
-def central_mean(samples):
-    """Mean of the middle 80% of samples.  CUDA events tick in steps of about 1 us, so a
-    median of samples is quantised to that step (15.1 or 16.2 us, round to round); a mean
-    is not, but a rare host hiccup moves it: trimming the tails keeps both problems out."""
-    xs = sorted(samples)
-    cut = len(xs) // 10
-    return statistics.fmean(xs[cut:len(xs) - cut])
-
-
 def interleaved(gemm, rounds=7):
     """Per method, the median over interleaved rounds of each round's central mean (us)."""
     samples = {"stock": [], "write-read": [], "read": [], "reference": []}
     for _ in range(rounds):
         with cleanflush.policy("write"):
-            samples["stock"].append(central_mean(triton.testing.do_bench(gemm, return_mode="all")))
-        samples["write-read"].append(central_mean(triton.testing.do_bench(gemm, return_mode="all")))
+            samples["stock"].append(_measure.central_mean(triton.testing.do_bench(gemm, return_mode="all")))
+        samples["write-read"].append(_measure.central_mean(triton.testing.do_bench(gemm, return_mode="all")))
         with cleanflush.policy("read"):
-            samples["read"].append(central_mean(triton.testing.do_bench(gemm, return_mode="all")))
-        samples["reference"].append(central_mean(_measure.read_flush_event_loop(gemm, 1000)))
+            samples["read"].append(_measure.central_mean(triton.testing.do_bench(gemm, return_mode="all")))
+        samples["reference"].append(_measure.central_mean(_measure.read_flush_event_loop(gemm, 1000)))
     for name, values in samples.items():
         print(f"{name:10s} rounds (us): " + " ".join(f"{v * 1e3:.2f}" for v in values))
     result = {name: _measure.median(values) * 1e3 for name, values in samples.items()}
@@ -83,67 +69,15 @@ def test_do_bench_cudagraph_proton_runs_patched(gemm):
     assert cleanflush.flush_counts()[("triton", "write-read")] > before
 
 
-NCU_SCRIPT = """
-import torch, triton, cleanflush
-from cleanflush import _measure
-fn, _, _ = _measure.one_row_gemm(4096, 4096)
-driver = triton.runtime.driver.active
-cache = driver.get_empty_cache_for_benchmark()
-_measure.warm_up(fn, 1.0)
-torch.cuda.profiler.start()
-for policy in ("write", "write-read"):
-    with cleanflush.policy(policy):
-        for _ in range(3):
-            driver.clear_cache(cache)
-            torch.cuda.nvtx.range_push("timed")
-            fn()
-            torch.cuda.nvtx.range_pop()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
-"""
-
-
-def ncu_gemm_write_bytes(script: str) -> list[float]:
-    """DRAM bytes written by each timed call (all its kernels), in launch order."""
-    out = subprocess.run(
-        ["ncu", "--cache-control", "none", "--clock-control", "none", "--replay-mode", "application",
-         "--profile-from-start", "off", "--nvtx", "--nvtx-include", "timed/", "--csv",
-         "--metrics", "dram__bytes_write.sum", sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    import csv
-
-    rows = [r for r in csv.reader(out.stdout.splitlines()) if len(r) > 10]
-    header, body = rows[0], rows[1:]
-    col = {name: i for i, name in enumerate(header)}
-    per_kernel = []
-    for r in body:
-        if r[col["Metric Name"]] != "dram__bytes_write.sum":
-            continue
-        unit = r[col["Metric Unit"]]
-        value = float(r[col["Metric Value"]].replace(",", ""))
-        scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}[unit]
-        per_kernel.append((r[col["Kernel Name"]], value * scale))
-    print("\n".join(f"{b/1e6:8.3f} MB  {name[:70]}" for name, b in per_kernel))
-    # cuBLAS runs this shape as a split-K GEMM plus a reduce kernel: one call per GEMM kernel.
-    calls, current = [], 0.0
-    for name, b in per_kernel:
-        if "splitKreduce" in name:
-            calls[-1] += b
-        else:
-            calls.append(b)
-    return calls
-
-
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="Nsight Compute (ncu) is not on PATH")
 def test_timed_gemm_writes_almost_nothing_under_ncu():
-    calls = ncu_gemm_write_bytes(NCU_SCRIPT)
-    assert len(calls) == 6, calls
-    stock, patched = calls[:3], calls[3:]
-    print(f"stock writes {[round(b / 1e6, 2) for b in stock]} MB, patched {[round(b / 1e6, 3) for b in patched]} MB")
-    assert min(stock) > 5e6  # the dirty write-back the stock flush leaves is visible
-    assert max(patched) <= 0.1e6
+    calls = 3
+    kernels = _measure.ncu_write_bytes(_measure.ncu_script(N, K, "bfloat16", 0, calls))
+    print("\n".join(f"{b / 1e6:8.3f} MB  {name[:70]}" for name, b in kernels))
+    stock, patched = _measure.split_phases(kernels, calls)
+    print(f"per timed GEMM: stock writes {stock / 1e6:.2f} MB, patched {patched / 1e6:.3f} MB")
+    assert stock > 5e6  # the dirty write-back the stock flush leaves is visible
+    assert patched <= 0.1e6
 
 
 @pytest.mark.parametrize("policy, kernels", [("write-read", 2), ("read", 1), ("write", 1)])
