@@ -55,14 +55,18 @@ def read_flush_event_loop(fn: Callable[[], Any], iters: int = 200, device: torch
     return [start.elapsed_time(end) for start, end in pairs]
 
 
-def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16, device: str = "cuda",
-                          min_bytes_factor: int = 5, replays: int = 20) -> list[float]:
+def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
+                          device: torch.device | str = "cuda", min_bytes_factor: int = 5,
+                          replays: int = 20) -> list[float]:
     """Reference: a CUDA graph cycling through enough weight copies to exceed 5 x L2.
 
     Each call reads a cold weight and there are no launch gaps.  Returns ms per call, one
     value per replay.
     """
-    l2 = _flush.l2_bytes(torch.device(device, torch.cuda.current_device()))
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    l2 = _flush.l2_bytes(device)
     copy_bytes = n * k * torch.empty((), dtype=dtype).element_size()
     copies = max(2, -(-min_bytes_factor * l2 // copy_bytes))
     weights = [torch.randn(n, k, device=device, dtype=dtype) for _ in range(copies)]

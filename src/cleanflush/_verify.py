@@ -184,7 +184,7 @@ def measure(options: Options, progress: Callable[[str], None]) -> dict[str, Any]
         rounds["reference_read_flush"].append(_measure.central_mean(reference))
         rounds["reference_read_flush_min"].append(min(reference))
         rounds["reference_rotating_graph"].append(
-            statistics.median(_measure.rotating_weight_graph(options.n, options.k, dtype, str(device), replays=10)))
+            statistics.median(_measure.rotating_weight_graph(options.n, options.k, dtype, device, replays=10)))
     flushes = {f"{t} | {p}": n - flushes_before.get((t, p), 0)
                for (t, p), n in STATE.flushes.items() if n - flushes_before.get((t, p), 0)}
 
