@@ -84,6 +84,7 @@ def write_report(path: str) -> None:
         "ppid": os.getppid(),
         "argv": sys.argv,
         "source": STATE.source,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "flushes": {f"{target} | {policy}": n for (target, policy), n in sorted(STATE.flushes.items())},
         "patched": sorted(row.target for row in STATE.targets.values() if row.patched),
     }

@@ -76,14 +76,14 @@ print("compiled pid", os.getpid())
 """
 
 
-def test_max_autotune_subprocess_children_flush_cleanly(tmp_path):
-    """A real max-autotune compile with TORCHINDUCTOR_AUTOTUNE_IN_SUBPROC=1, started with only
+def run_max_autotune(tmp_path, **extra_env):
+    """A real max-autotune compile with autotuning in subprocesses, started with only
     CLEANFLUSH=1 (no import in the script).  Every process that flushed writes one line to
-    CLEANFLUSH_REPORT at exit: the workers' lines prove they ran the clean flush."""
+    CLEANFLUSH_REPORT at exit; returns the lines of the processes other than the script."""
     report = tmp_path / "report.jsonl"
     env = dict(os.environ, CLEANFLUSH="1", CLEANFLUSH_REPORT=str(report),
                TORCHINDUCTOR_AUTOTUNE_IN_SUBPROC="1", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1",
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), **extra_env)
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(AUTOTUNE_SCRIPT)], env=env,
                          capture_output=True, text=True, timeout=540)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -96,3 +96,15 @@ def test_max_autotune_subprocess_children_flush_cleanly(tmp_path):
     for child in children:
         assert child["source"] == "autoload"
         assert any(key.endswith("| write-read") and n > 0 for key, n in child["flushes"].items()), child
+    return children
+
+
+def test_max_autotune_subprocess_children_flush_cleanly(tmp_path):
+    run_max_autotune(tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_multi_device_autotune_children_flush_cleanly(tmp_path):
+    children = run_max_autotune(tmp_path, TORCHINDUCTOR_AUTOTUNE_MULTI_DEVICE="1")
+    devices = {child["cuda_visible_devices"] for child in children}
+    assert len(devices) >= 2, devices  # one worker per GPU, each flushing cleanly
