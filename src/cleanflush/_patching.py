@@ -66,3 +66,23 @@ def unwrap(patch: Patch) -> None:
             "cleanflush's wrapper is disabled and left in place under the newer one",
         )
     patch.active = False
+
+
+class PatchSet:
+    """The patches one target module has applied, so that ``revert`` can undo them all.
+
+    Hooks may apply the same target more than once (one call per hooked module); wrapping
+    is idempotent and each patch is kept once.
+    """
+
+    def __init__(self) -> None:
+        self._patches: list[Patch] = []
+
+    def wrap(self, owner: Any, name: str, wrapper: Wrapper) -> None:
+        patch = wrap(owner, name, wrapper)
+        if patch not in self._patches:
+            self._patches.append(patch)
+
+    def revert(self) -> None:
+        while self._patches:
+            unwrap(self._patches.pop())

@@ -53,6 +53,14 @@ def record(row: TargetStatus) -> None:
         STATE.targets[row.target] = row
 
 
+def mark_uninstalled(package: str) -> None:
+    """After a revert: the package's patched rows say so."""
+    with LOCK:
+        for name, row in list(STATE.targets.items()):
+            if row.package == package and row.patched:
+                STATE.targets[name] = TargetStatus(row.target, row.package, row.version, False, "uninstalled")
+
+
 def count_flush(target: str, policy: str) -> None:
     # Counter += is not atomic across threads; a lost count is harmless, a lock per
     # flush is not free, so none is taken here.

@@ -28,7 +28,8 @@ from typing import Any
 import wrapt
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, record, warn_once
+from .._state import STATE, TargetStatus, mark_uninstalled, record, warn_once
+from . import triton as triton_patch
 
 PACKAGE = "torch"
 BENCHMARKING = "torch._inductor.runtime.benchmarking"
@@ -41,19 +42,13 @@ _READ_NOTE = "policy read runs as write-read here: the stock write is inline"
 # benchmark runs.
 _active: ContextVar[tuple[str, int | None, Any] | None] = ContextVar("cleanflush_inductor", default=None)
 _regions: set[str] = set()  # record_function names that open a timed region
-_patches: list[_patching.Patch] = []
+_patches = _patching.PatchSet()
 
 
 def _version() -> str | None:
     from . import installed_version
 
     return installed_version("torch")
-
-
-def _wrap(owner: Any, name: str, wrapper: _patching.Wrapper) -> None:
-    patch = _patching.wrap(owner, name, wrapper)
-    if patch not in _patches:
-        _patches.append(patch)
 
 
 def _device(device_type: Any = None) -> Any:
@@ -115,7 +110,7 @@ def _record_function_enter(wrapped: Any, instance: Any, args: tuple[Any, ...], k
 def _patch_record_function() -> None:
     profiler = sys.modules[PROFILER]
     owner = _patching.defining_class(profiler.record_function, "__enter__")
-    _wrap(owner, "__enter__", _record_function_enter)
+    _patches.wrap(owner, "__enter__", _record_function_enter)
 
 
 def _row(target: str, patched: bool, detail: str) -> None:
@@ -136,8 +131,8 @@ def _apply_benchmarking(module: Any) -> None:
     if inductor is None:
         _row(target, False, "not in this torch (added in 2.7); TritonBenchmarker is the default")
     elif "benchmark_gpu" in vars(inductor) and "get_event_pairs" in vars(inductor):
-        _wrap(inductor, "get_event_pairs", _get_event_pairs)
-        _wrap(inductor, "benchmark_gpu", _benchmark(target, None))
+        _patches.wrap(inductor, "get_event_pairs", _get_event_pairs)
+        _patches.wrap(inductor, "benchmark_gpu", _benchmark(target, None))
         _row(target, True, f"read after the inline L2-sized zero_(), before each start event; {_READ_NOTE}")
     else:
         _unsupported(target, "no get_event_pairs/benchmark_gpu on InductorBenchmarker")
@@ -151,7 +146,7 @@ def _apply_benchmarking(module: Any) -> None:
         _patch_record_function()
         _regions.add(region)
         written = 256 * 1024 * 1024 if torch.version.hip else None
-        _wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written))
+        _patches.wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written))
         _row(target, True, f"read after the inline zero_(), outside the profiled {region!r} region; {_READ_NOTE}")
     else:
         _unsupported(target, "unknown TorchProfilerBenchmarker layout")
@@ -163,7 +158,7 @@ def _apply_utils(module: Any) -> None:
     if "_do_bench_using_profiling" in vars(module) and region:
         _patch_record_function()
         _regions.add(region)
-        _wrap(module, "_do_bench_using_profiling", _benchmark(target, 256 * 10**6))
+        _patches.wrap(module, "_do_bench_using_profiling", _benchmark(target, 256 * 10**6))
         _row(target, True, f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")
     elif "_do_bench_using_profiling" in vars(module):
         _unsupported(target, "this torch's _do_bench_using_profiling has no named profiler region "
@@ -181,18 +176,15 @@ def apply() -> None:
 
 
 def revert() -> None:
-    while _patches:
-        _patching.unwrap(_patches.pop())
+    _patches.revert()
     _regions.clear()
-    for name, row in list(STATE.targets.items()):
-        if row.package == PACKAGE and row.patched:
-            STATE.targets[name] = TargetStatus(row.target, row.package, row.version, False, "uninstalled")
+    mark_uninstalled(PACKAGE)
 
 
 def status() -> list[TargetStatus]:
     rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
     if hasattr(sys.modules.get(BENCHMARKING), "TritonBenchmarker"):
-        triton_patched = any(r.patched and r.target.endswith("clear_cache") for r in STATE.targets.values())
+        triton_patched = triton_patch.driver_patched()
         rows.insert(0, TargetStatus(
             "TritonBenchmarker.benchmark_gpu", PACKAGE, _version(), triton_patched,
             "flushes through triton.testing.do_bench: " + ("patched there" if triton_patched

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, record
+from .._state import STATE, TargetStatus, mark_uninstalled, record
 
 HOOKS = ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver")
 PACKAGE = "triton"
@@ -30,13 +30,7 @@ _IMPORTABLE = (
     ("triton.backends.amd.driver", "HIPDriver"),
 )
 
-_patches: list[_patching.Patch] = []
-
-
-def _wrap(owner: type, name: str, wrapper: _patching.Wrapper) -> None:
-    patch = _patching.wrap(owner, name, wrapper)
-    if patch not in _patches:  # apply() runs once per hook module; wrap is idempotent
-        _patches.append(patch)
+_patches = _patching.PatchSet()
 
 
 def _version() -> str | None:
@@ -110,13 +104,13 @@ def patch_class(label: str, cls: type) -> TargetStatus:
     clear_owner = _patching.defining_class(cls, "clear_cache")
     empty_owner = _patching.defining_class(cls, "get_empty_cache_for_benchmark")
     if clear_owner is not None and empty_owner is not None:
-        _wrap(clear_owner, "clear_cache", _clear_cache)
-        _wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
+        _patches.wrap(clear_owner, "clear_cache", _clear_cache)
+        _patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
         detail = "do_bench, autotuner and Proton helpers flush through it"
         return TargetStatus(target, PACKAGE, _version(), True, detail)
     if empty_owner is not None:
         target = f"{label}.get_empty_cache_for_benchmark"
-        _wrap(empty_owner, "get_empty_cache_for_benchmark", _get_inline_zero_cache)
+        _patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_inline_zero_cache)
         detail = "triton 3.2 layout: do_bench's inline zero_() runs the flush"
         return TargetStatus(target, PACKAGE, _version(), True, detail)
     return TargetStatus(
@@ -139,13 +133,13 @@ def apply() -> None:
 
 
 def revert() -> None:
-    while _patches:
-        _patching.unwrap(_patches.pop())
-    with_rows = [name for name, row in STATE.targets.items() if row.package == PACKAGE]
-    for name in with_rows:
-        row = STATE.targets[name]
-        if row.patched:
-            STATE.targets[name] = TargetStatus(row.target, row.package, row.version, False, "uninstalled")
+    _patches.revert()
+    mark_uninstalled(PACKAGE)
+
+
+def driver_patched() -> bool:
+    """Whether some driver's clear_cache is patched now."""
+    return any(row.patched and row.target.endswith(".clear_cache") for row in STATE.targets.values())
 
 
 def status() -> list[TargetStatus]:
@@ -165,7 +159,7 @@ def status() -> list[TargetStatus]:
     if testing is not None:
         proton = [n for n in ("do_bench_proton", "do_bench_cudagraph_proton") if hasattr(testing, n)]
         if proton:
-            covered = any(r.patched and r.target.endswith("clear_cache") for r in rows)
+            covered = driver_patched()
             rows.append(TargetStatus(
                 "triton.testing." + " / ".join(proton), PACKAGE, version, covered,
                 "flushes through the driver's clear_cache" if covered else "driver not patched",
