@@ -64,3 +64,35 @@ def test_report_file_records_each_process_that_flushed(tmp_path):
     assert len(lines) == 1  # the CLEANFLUSH=0 process patched nothing and wrote nothing
     assert lines[0]["flushes"] == {"triton | read": 3}
     assert lines[0]["source"] == "autoload"
+
+
+WITHOUT_TORCH = """
+import sys
+sys.modules["torch"] = None   # import torch / import triton now raise ImportError
+sys.modules["triton"] = None
+from cleanflush.__main__ import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_status_and_verify_without_torch_or_triton():
+    import subprocess
+    import sys
+
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "CLEANFLUSH"}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *args], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    status = run("status")
+    assert status.returncode == 0, status.stderr
+    assert "installed (import)" in status.stdout
+    assert "installed, but the import failed" in status.stdout
+    assert "before 3.0" not in status.stdout
+    assert "Traceback" not in status.stderr
+    verify = run("verify")
+    assert verify.returncode == 2
+    assert verify.stderr.strip() == "cleanflush verify: cannot run here: torch is not installed"

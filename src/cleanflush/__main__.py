@@ -15,6 +15,7 @@ import cleanflush
 from . import _verify
 from ._env import ENV_VAR
 from ._state import STATE, TargetStatus
+from .patches import installed_version
 
 # What `status` imports so that the hooks fire and every row tells the truth.
 _TARGET_MODULES = ("triton", "torch._inductor.runtime.benchmarking", "torch._inductor.utils")
@@ -33,12 +34,12 @@ def collect_status() -> dict[str, Any]:
     """Import each installed target, then report: the data behind `cleanflush status`."""
     errors: list[TargetStatus] = []
     for module in _TARGET_MODULES:
+        package = module.split(".")[0]
         try:
             importlib.import_module(module)
-        except ImportError:
-            pass  # not installed: its row says so
-        except Exception as exc:  # an installed target that fails to import
-            errors.append(TargetStatus(module, module, None, False, f"import failed: {exc!r}"))
+        except Exception as exc:
+            if installed_version(package, "pytorch-triton" if package == "triton" else package):
+                errors.append(TargetStatus(module, package, None, False, f"installed, but the import failed: {exc!r}"))
     return {
         "cleanflush": cleanflush.__version__,
         "installed": cleanflush.is_installed(),

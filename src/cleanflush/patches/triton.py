@@ -64,11 +64,10 @@ def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dic
 
 def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     cache = wrapped(*args, **kwargs)
-    if STATE.installed:
-        try:
-            _flush.prepare(cache.device)  # before any CUDA-graph capture of the flush
-        except Exception:  # the flush itself warns and falls back if this mattered
-            pass
+    try:
+        _flush.prepare(cache.device)  # before any CUDA-graph capture of the flush
+    except Exception:  # the flush itself warns and falls back if this mattered
+        pass
     return cache
 
 
@@ -146,7 +145,7 @@ def status() -> list[TargetStatus]:
     rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
     version = _version()
     if not rows:
-        if "triton" in sys.modules and "triton.backends" not in sys.modules:
+        if sys.modules.get("triton") is not None and "triton.backends" not in sys.modules:
             return [TargetStatus(
                 "triton.testing.do_bench", PACKAGE, version, False,
                 "unsupported: this triton has no driver backends (before 3.0); stock flush kept",
