@@ -168,3 +168,34 @@ def test_status_lists_every_driver_class():
         assert row.patched and row.version == triton.__version__
     cleanflush.uninstall()
     assert not any(row.patched for row in cleanflush.status())
+
+
+def test_registry_copy_of_the_driver_is_patched_too(monkeypatch):
+    """triton 3.0-3.3 load each backend with spec_from_file_location under a bare name, so
+    the active driver class is a separate copy of the importable CudaDriver.  Reproduce that
+    with the installed driver source and check that the copy is patched and restored."""
+    import importlib.util
+
+    import triton.backends.nvidia.driver as importable
+
+    spec = importlib.util.spec_from_file_location("nvidia", importable.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    copy_cls = copy.CudaDriver
+    assert copy_cls is not importable.CudaDriver
+    backend = triton.backends.backends["nvidia"]
+    monkeypatch.setitem(triton.backends.backends, "nvidia", type(backend)(backend.compiler, copy_cls))
+    original = vars(copy_cls)["clear_cache"]
+
+    triton_patch.apply()
+    assert isinstance(vars(copy_cls)["clear_cache"], wrapt.FunctionWrapper)
+    assert isinstance(vars(importable.CudaDriver)["clear_cache"], wrapt.FunctionWrapper)
+    rows = {row.target: row for row in cleanflush.status()}
+    assert rows["triton.backends.backends['nvidia'].driver.clear_cache"].patched
+    cache = torch.full((16,), 5, dtype=torch.int32)
+    _flush.prepare(cache.device)
+    with OpRecorder() as rec:
+        bare_driver(copy_cls).clear_cache(cache)
+    assert rec.names == ["zero_", "sum"]
+    cleanflush.uninstall()
+    assert vars(copy_cls)["clear_cache"] is original
