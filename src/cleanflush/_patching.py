@@ -86,3 +86,6 @@ class PatchSet:
     def revert(self) -> None:
         while self._patches:
             unwrap(self._patches.pop())
+
+    def __iter__(self) -> Any:
+        return iter(list(self._patches))

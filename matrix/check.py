@@ -1,0 +1,111 @@
+"""Run inside one version pairing's environment; print one JSON record of what cleanflush does
+there.  Started by matrix/run.py in a fresh interpreter (no CLEANFLUSH in the environment)."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+warnings.simplefilter("ignore")
+record = {"python": sys.version.split()[0], "errors": []}
+
+import cleanflush  # noqa: E402
+from cleanflush.patches import inductor as inductor_patch  # noqa: E402
+from cleanflush.patches import triton as triton_patch  # noqa: E402
+
+MODULES = ("triton", "triton.testing", "torch._inductor.runtime.benchmarking", "torch._inductor.utils")
+for module in MODULES:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        record["errors"].append(f"import {module}: {exc!r}")
+
+import torch  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+record["torch"] = torch.__version__
+record["triton"] = getattr(sys.modules.get("triton"), "__version__", None)
+record["targets"] = [row.as_dict() for row in cleanflush.status()]
+
+
+class Ops(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("zero_", "sum", "neg"):
+            self.names.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+# 1. every patched attribute is restored exactly, and wrapped again on install
+patches = list(triton_patch._patches) + list(inductor_patch._patches)
+originals = [(p.owner, p.name, p.original) for p in patches]
+record["patched_attributes"] = sorted(f"{getattr(o, '__qualname__', getattr(o, '__name__', o))}.{n}"
+                                      for o, n, _ in originals)
+cleanflush.uninstall()
+record["restored_exactly"] = all(vars(o)[n] is orig for o, n, orig in originals)
+cleanflush.install()
+record["rewrapped"] = all(getattr(vars(o)[n], "__wrapped__", None) is orig for o, n, orig in originals)
+
+# 2. the flush sequence on CPU tensors, per policy
+from cleanflush import _flush  # noqa: E402
+
+_flush.prepare(torch.device("cpu"))
+sequences = {}
+patching = triton_patch._patching
+for label, cls in triton_patch.driver_classes():
+    clear_owner = patching.defining_class(cls, "clear_cache")
+    empty_owner = patching.defining_class(cls, "get_empty_cache_for_benchmark")
+    if clear_owner and patching.our_patch(clear_owner, "clear_cache"):
+        def run(cache, cls=cls):
+            object.__new__(cls).clear_cache(cache)
+    elif empty_owner and patching.our_patch(empty_owner, "get_empty_cache_for_benchmark"):
+        def run(cache):
+            triton_patch._clean_cache_tensor(cache).zero_()  # triton 3.2: do_bench's inline zero_
+    else:
+        continue
+    for policy in cleanflush.POLICIES:
+        with cleanflush.policy(policy), Ops() as ops:
+            run(torch.zeros(64, dtype=torch.int32))
+        sequences[f"{label} | {policy}"] = ops.names
+benchmarking = sys.modules.get("torch._inductor.runtime.benchmarking")
+bench_cls = getattr(benchmarking, "InductorBenchmarker", None)
+if bench_cls is not None and inductor_patch._patching.our_patch(bench_cls, "benchmark_gpu"):
+    import inspect
+
+    if "device_type" in inspect.signature(bench_cls.benchmark_gpu).parameters:
+        x = torch.ones(4)
+        for policy in cleanflush.POLICIES:
+            with cleanflush.policy(policy), Ops() as ops:
+                bench_cls().benchmark_gpu(lambda: torch.neg(x), device_type="cpu", benchmark_iters=2,
+                                          memory_warmup_iters=1, estimation_iters=1)
+            sequences[f"InductorBenchmarker | {policy}"] = ops.names
+    else:
+        sequences["InductorBenchmarker"] = "no device_type argument: needs a GPU to run"
+record["sequences"] = sequences
+
+# 3. CLEANFLUSH=1 alone (no import of cleanflush) patches the same attributes
+probe = """
+import importlib, json, sys, warnings
+warnings.simplefilter("ignore")
+for m in %r:
+    try: importlib.import_module(m)
+    except Exception: pass
+from cleanflush.patches import inductor, triton
+print(json.dumps(sorted(f"{getattr(p.owner, '__qualname__', getattr(p.owner, '__name__', p.owner))}.{p.name}"
+                        for p in list(triton._patches) + list(inductor._patches))))
+""" % (MODULES,)
+env = dict(os.environ, CLEANFLUSH="1")
+child = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=600)
+try:
+    record["env_switch_patched"] = json.loads(child.stdout.strip().splitlines()[-1])
+except Exception:
+    record["env_switch_patched"] = None
+    record["errors"].append(f"CLEANFLUSH=1 probe: {child.stderr.strip()[-300:]}")
+record["env_switch_matches"] = record["env_switch_patched"] == record["patched_attributes"]
+print(json.dumps(record))
