@@ -114,7 +114,8 @@ def patch_class(label: str, cls: type) -> TargetStatus:
         return TargetStatus(target, PACKAGE, _version(), True, detail)
     return TargetStatus(
         target, PACKAGE, _version(), False,
-        "this driver has neither clear_cache nor get_empty_cache_for_benchmark; stock flush kept",
+        "unsupported: this driver has neither clear_cache nor get_empty_cache_for_benchmark "
+        "(triton < 3.2 flushes inline in do_bench); stock flush kept",
     )
 
 
