@@ -199,3 +199,17 @@ def test_registry_copy_of_the_driver_is_patched_too(monkeypatch):
     assert rec.names == ["zero_", "sum"]
     cleanflush.uninstall()
     assert vars(copy_cls)["clear_cache"] is original
+
+
+def test_a_failing_patch_warns_and_leaves_the_stock_flush(monkeypatch):
+    # Hooks run inside the user's `import triton`: an exception there must not escape.
+    def broken():
+        raise RuntimeError("unexpected triton layout")
+
+    cleanflush.uninstall()
+    monkeypatch.setattr(triton_patch, "apply", broken)
+    monkeypatch.setattr(cleanflush._state.STATE, "warned", set())
+    with pytest.warns(RuntimeWarning, match="could not patch triton .*unexpected triton layout"):
+        cleanflush.install()
+    for cls in registry_drivers().values():
+        assert not isinstance(vars(cls)["clear_cache"], wrapt.FunctionWrapper)

@@ -19,7 +19,7 @@ import wrapt
 from . import _env, _policy
 from ._env import DEFAULT_POLICY, ENV_VAR, POLICIES
 from ._policy import current_policy, policy
-from ._state import LOCK, REPORT_VAR, STATE, TargetStatus, write_report
+from ._state import LOCK, REPORT_VAR, STATE, TargetStatus, warn_once, write_report
 from .patches import TARGETS
 
 __all__ = [
@@ -47,8 +47,6 @@ def _on_import(target: Any) -> Any:
         try:
             target.apply()
         except Exception as exc:
-            from ._state import warn_once
-
             warn_once(f"apply:{target.__name__}", f"could not patch {target.PACKAGE} ({exc!r}); "
                       "its stock flush is kept")
 
@@ -70,16 +68,16 @@ def install(policy: str | None = None, *, source: str = "install()") -> None:
             STATE.installed = True
             STATE.source = source
             STATE.env_before_install = os.environ.get(ENV_VAR)
-        os.environ[ENV_VAR] = _policy._default
-        if not _hooks_registered:
-            _hooks_registered = True
-            if os.environ.get(REPORT_VAR):
-                atexit.register(write_report, os.environ[REPORT_VAR])
-            for target in TARGETS:
-                for module in target.HOOKS:
-                    # Fires at once for modules already imported.
-                    wrapt.register_post_import_hook(_on_import(target), module)
-            return
+        os.environ[ENV_VAR] = _policy.default()
+        first_install, _hooks_registered = not _hooks_registered, True
+    # Hooks run outside our lock: they may fire inside another thread's import.
+    if first_install:
+        if os.environ.get(REPORT_VAR):
+            atexit.register(write_report, os.environ[REPORT_VAR])
+        for target in TARGETS:
+            for module in target.HOOKS:
+                wrapt.register_post_import_hook(_on_import(target), module)  # fires now if imported
+        return
     for target in TARGETS:
         if any(module in sys.modules for module in target.HOOKS):
             _on_import(target)(None)

@@ -36,6 +36,11 @@ def current_policy() -> str:
     return _override.get() or _default
 
 
+def default() -> str:
+    """The process default policy, which ``CLEANFLUSH`` carries to child processes."""
+    return _default
+
+
 def set_default(name: str) -> None:
     global _default
     _default = check(name)
