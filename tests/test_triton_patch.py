@@ -213,3 +213,12 @@ def test_a_failing_patch_warns_and_leaves_the_stock_flush(monkeypatch):
         cleanflush.install()
     for cls in registry_drivers().values():
         assert not isinstance(vars(cls)["clear_cache"], wrapt.FunctionWrapper)
+
+
+def test_triton_3_2_layout_counts_as_covering_do_bench(monkeypatch):
+    monkeypatch.setattr(cleanflush._state.STATE, "targets", {})
+    cleanflush._state.record(triton_patch.patch_class("fake32", Triton32Driver))
+    try:
+        assert triton_patch.driver_patched()
+    finally:
+        cleanflush.uninstall()

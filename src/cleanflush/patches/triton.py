@@ -138,8 +138,9 @@ def revert() -> None:
 
 
 def driver_patched() -> bool:
-    """Whether some driver's clear_cache is patched now."""
-    return any(row.patched and row.target.endswith(".clear_cache") for row in STATE.targets.values())
+    """Whether do_bench's flush goes through cleanflush now (a driver class is patched)."""
+    return any(row.patched and row.package == PACKAGE and not row.target.startswith("triton.testing")
+               for row in STATE.targets.values())
 
 
 def status() -> list[TargetStatus]:
