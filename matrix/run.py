@@ -62,7 +62,7 @@ def run_pairing(name: str, requirements: list[str], wheel: Path) -> dict:
     env = dict(os.environ)
     env.pop("CLEANFLUSH", None)
     if any(r.startswith("torch==2.15") for r in requirements):
-        env["PIP_CONSTRAINT"] = ""  # this machine's pip caps torch at 2.14.1 through a config file
+        env["PIP_CONFIG_FILE"] = os.devnull  # this machine's pip config caps torch at 2.14.1
     install = sh(python, "-m", "pip", "install", "-q", "--no-cache-dir", *requirements, "wrapt", str(wheel),
                  env=env, timeout=3600)
     if install.returncode:
