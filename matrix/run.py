@@ -123,6 +123,48 @@ def reasons(record: dict) -> list[str]:
                    if not t["patched"] and t["detail"].startswith("unsupported")})
 
 
+def _ranges(versions: list[str], order: list[str]) -> str:
+    """'2.7.1-2.12.1, 2.14.1' from the versions that are contiguous in ``order``."""
+    runs: list[list[str]] = []
+    for v in order:
+        if v in versions:
+            if runs and order.index(runs[-1][-1]) == order.index(v) - 1:
+                runs[-1].append(v)
+            else:
+                runs.append([v])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) or "none"
+
+
+def summary(records: list[dict]) -> list[str]:
+    """The short README table: per target, the lines where it is patched and where it is not."""
+    by_axis: dict[str, dict[str, dict]] = {"triton": {}, "torch": {}}
+    for r in records:
+        if "targets" not in r:
+            continue
+        axis, version = r["name"].split("-", 1)
+        by_axis[axis][version] = r
+        if axis == "triton" and version == "3.7.1":
+            by_axis["torch"].setdefault(r["torch"].split("+")[0], r)  # the CI pairing
+    lines = ["| target | patched on | not patched (status says why) |", "|---|---|---|"]
+    for column in COLUMNS:
+        axis = "triton" if column == "triton driver" else "torch"
+        order = sorted(by_axis[axis], key=lambda v: tuple(int(x) for x in v.split(".")))
+        states = {v: cell(r, column) for v, r in by_axis[axis].items()}
+        patched = _ranges([v for v, c in states.items() if c == "patched"], order)
+        other = [v for v, c in states.items() if c != "patched"]
+        absent = [v for v in other if states[v] == "absent"]
+        not_patched = ", ".join(filter(None, [
+            f"{axis} {_ranges([v for v in other if v not in absent], order)}" if len(other) > len(absent) else "",
+            f"absent in {axis} {_ranges(absent, order)}" if absent else ""]))
+        label = {"triton driver": "Triton do_bench, autotuner, Proton (driver)"}.get(column, column)
+        lines.append(f"| {label} | {axis} {patched} | {not_patched or '-'} |")
+    failed = [r["name"] for r in records if checks(r) != "all pass"]
+    lines.append("")
+    lines.append("Every line above passed every check (exact restore, flush sequence on CPU, CLEANFLUSH=1)."
+                 if not failed else f"Checks failed or could not run for: {', '.join(failed)}.")
+    return lines
+
+
 def write_tables(date: str) -> None:
     records = []
     for name in PAIRINGS:
@@ -167,7 +209,8 @@ def write_tables(date: str) -> None:
     body = readme.read_text()
     start, end = "<!-- matrix:begin -->", "<!-- matrix:end -->"
     if start in body and end in body:
-        table = "\n".join([f"From matrix/RESULTS.md ({date}):", "", *lines])
+        table = "\n".join([f"From matrix/RESULTS.md ({date}; each line installed and checked on CPU):", "",
+                           *summary(records)])
         body = body[: body.index(start) + len(start)] + "\n" + table + "\n" + body[body.index(end):]
         readme.write_text(body)
 
