@@ -68,12 +68,23 @@ def prepare(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
     return entry
 
 
-def read(device: torch.device, written: int = 0) -> None:
-    """Enqueue the clean read on ``device``'s current stream."""
+def read(device: torch.device, written: int | None = 0) -> None:
+    """Enqueue the clean read on ``device``'s current stream, after ``written`` bytes of
+    stock write (``None``: one L2 of it)."""
     import torch
 
     buffer, sink, l2 = prepare(device)
-    torch.sum(buffer[: read_bytes(l2, written) // 4], dim=0, out=sink)
+    torch.sum(buffer[: read_bytes(l2, l2 if written is None else written) // 4], dim=0, out=sink)
+
+
+def _read_or_warn(device: torch.device, written: int | None, target: str) -> bool:
+    try:
+        read(device, written)
+        return True
+    except Exception as exc:
+        warn_once(f"read:{target}", f"the clean read failed in {target} ({exc}); "
+                  "this flush falls back to the stock write")
+        return False
 
 
 def flush(cache: torch.Tensor, write: Callable[[], Any], target: str) -> None:
@@ -90,15 +101,8 @@ def flush(cache: torch.Tensor, write: Callable[[], Any], target: str) -> None:
         written = cache.numel() * cache.element_size()
     if policy == "write":
         return
-    try:
-        read(cache.device, written)
-    except Exception as exc:
-        warn_once(
-            f"read:{target}",
-            f"the clean read failed in {target} ({exc}); this flush falls back to the stock write",
-        )
-        if policy == "read":
-            write()
+    if not _read_or_warn(cache.device, written, target) and policy == "read":
+        write()  # neither read nor write would leave L2 unflushed: do the stock write
 
 
 def after_write(device: torch.device, written: int | None, target: str) -> None:
@@ -109,11 +113,5 @@ def after_write(device: torch.device, written: int | None, target: str) -> None:
     """
     policy = current_policy()
     count_flush(target, "write" if policy == "write" else "write-read")
-    if policy == "write":
-        return
-    try:
-        if written is None:
-            written = prepare(device)[2]
-        read(device, written)
-    except Exception as exc:
-        warn_once(f"read:{target}", f"the clean read failed in {target} ({exc}); stock flush kept")
+    if policy != "write":
+        _read_or_warn(device, written, target)
