@@ -4,6 +4,7 @@ For each policy: the host time to enqueue one do_bench iteration (clear_cache, s
 the GEMM, end event) against the GPU time that iteration takes.  If the host needs less
 than the GPU, the queue stays full and no launch gap reaches the timed region.  Then ten
 do_bench calls per policy, to show their call-to-call spread on this machine.
+100 iterations stay under the launch-queue depth, so the host time is not held to the GPU.
 Run on a GPU:  python benchmarks/host_cost.py
 """
 
@@ -19,7 +20,7 @@ import cleanflush
 from cleanflush import _measure
 
 
-def main(iters: int = 300) -> None:
+def main(iters: int = 100) -> None:
     fn, _, _ = _measure.one_row_gemm(4096, 4096)
     driver = triton.runtime.driver.active
     cache = driver.get_empty_cache_for_benchmark()
