@@ -79,6 +79,7 @@ class GpuProbe:
     def __init__(self, index: int, uuid: str | None) -> None:
         self.index = index
         self.nvml: Any = None
+        self.source: str | None
         try:
             self.nvml, self.handle = _nvml_handle(index, uuid)
             self.source = "nvml"

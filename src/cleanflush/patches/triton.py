@@ -86,7 +86,7 @@ def _clean_cache_tensor(cache: Any) -> Any:
     if _CleanCache is None:
 
         class CleanFlushCache(torch.Tensor):
-            __torch_function__ = torch._C._disabled_torch_function_impl
+            __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
             def zero_(self) -> Any:
                 plain = self.as_subclass(torch.Tensor)
