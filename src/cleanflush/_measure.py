@@ -27,6 +27,12 @@ def one_row_gemm(n: int = 4096, k: int = 4096, dtype: torch.dtype = torch.bfloat
     return (lambda: torch.nn.functional.linear(x, weight)), x, weight
 
 
+def _cuda_device(device: torch.device | str) -> torch.device:
+    """``device`` with its index: "cuda" means the current device."""
+    device = torch.device(device)
+    return torch.device("cuda", torch.cuda.current_device()) if device.index is None else device
+
+
 def warm_up(fn: Callable[[], Any], seconds: float = 1.0) -> None:
     """Run ``fn`` for ``seconds`` so the SM clock leaves its idle state."""
     end = time.perf_counter() + seconds
@@ -42,9 +48,7 @@ def read_flush_event_loop(fn: Callable[[], Any], iters: int = 200, device: torch
     The read covers 256 MiB and at least 2 x L2, so the GPU is busy while the host queues
     the timed call.  Returns milliseconds per call.
     """
-    device = torch.device(device)
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _cuda_device(device)
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for start, end in pairs:
         _flush.read(device)
@@ -63,9 +67,7 @@ def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
     Each call reads a cold weight and there are no launch gaps.  Returns ms per call, one
     value per replay.
     """
-    device = torch.device(device)
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _cuda_device(device)
     l2 = _flush.l2_bytes(device)
     copy_bytes = n * k * torch.empty((), dtype=dtype).element_size()
     copies = max(2, -(-min_bytes_factor * l2 // copy_bytes))
@@ -93,11 +95,6 @@ def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
-
-
-def iqr(values: list[float]) -> tuple[float, float]:
-    q = statistics.quantiles(values, n=4)
-    return q[0], q[2]
 
 
 def central_mean(samples: list[float]) -> float:

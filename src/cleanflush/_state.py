@@ -53,6 +53,14 @@ def record(row: TargetStatus) -> None:
         STATE.targets[row.target] = row
 
 
+def not_loaded_row(name: str, package: str, version: str | None) -> TargetStatus:
+    """The row for a target with nothing to report yet: not installed, or not imported."""
+    if version is None:
+        return TargetStatus(name, package, None, False, f"{package} is not installed")
+    detail = "not imported yet; patched when it is" if STATE.installed else "cleanflush is not installed"
+    return TargetStatus(name, package, version, False, detail)
+
+
 def mark_uninstalled(package: str) -> None:
     """After a revert: the package's patched rows say so."""
     with LOCK:

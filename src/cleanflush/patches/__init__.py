@@ -21,3 +21,4 @@ def installed_version(*dists: str) -> str | None:
         except metadata.PackageNotFoundError:
             continue
     return None
+

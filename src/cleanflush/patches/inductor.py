@@ -28,7 +28,7 @@ from typing import Any
 import wrapt
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, record, warn_once
+from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
 from . import triton as triton_patch
 
 PACKAGE = "torch"
@@ -57,6 +57,15 @@ def _device(device_type: Any = None) -> Any:
     kind = getattr(device_type, "type", device_type) or "cuda"
     index = getattr(torch, kind).current_device()
     return torch.device(kind, index) if isinstance(index, int) else torch.device(kind)
+
+
+def _device_or_warn(target: str, device_type: Any) -> Any:
+    """The device to read on, or None (with one warning) when there is none to find."""
+    try:
+        return _device(device_type)
+    except Exception as exc:
+        warn_once(f"device:{target}", f"{target}: no device for the read ({exc!r}); stock flush kept")
+        return None
 
 
 def _benchmark(target: str, written: int | None) -> _patching.Wrapper:
@@ -88,10 +97,8 @@ def _get_event_pairs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
     if active is None:
         return pairs
     target, written, device_type = active
-    try:
-        device = _device(kwargs.get("device_type", device_type))
-    except Exception as exc:
-        warn_once(f"device:{target}", f"{target}: no device for the read ({exc!r}); stock flush kept")
+    device = _device_or_warn(target, kwargs.get("device_type", device_type))
+    if device is None:
         return pairs
     return [(_ReadBeforeStart(start, device, target, written), end) for start, end in pairs]
 
@@ -100,10 +107,9 @@ def _record_function_enter(wrapped: Any, instance: Any, args: tuple[Any, ...], k
     active = _active.get()
     if active is not None and getattr(instance, "name", None) in _regions:
         target, written, device_type = active
-        try:
-            _flush.after_write(_device(device_type), written, target)
-        except Exception as exc:
-            warn_once(f"device:{target}", f"{target}: no device for the read ({exc!r}); stock flush kept")
+        device = _device_or_warn(target, device_type)
+        if device is not None:
+            _flush.after_write(device, written, target)
     return wrapped(*args, **kwargs)
 
 
@@ -124,7 +130,6 @@ def _unsupported(target: str, reason: str) -> None:
 
 def _apply_benchmarking(module: Any) -> None:
     import torch
-
 
     inductor = getattr(module, "InductorBenchmarker", None)
     target = "InductorBenchmarker.benchmark_gpu"
@@ -192,9 +197,4 @@ def status() -> list[TargetStatus]:
         ))
     if rows:
         return rows
-    version = _version()
-    if version is None:
-        return [TargetStatus("torch._inductor", PACKAGE, None, False, "torch is not installed")]
-    detail = ("not imported yet; patched when it is" if STATE.installed
-              else "cleanflush is not installed")
-    return [TargetStatus("torch._inductor", PACKAGE, version, False, detail)]
+    return [not_loaded_row("torch._inductor", PACKAGE, _version())]

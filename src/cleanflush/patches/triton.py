@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, record
+from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
 
 HOOKS = ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver")
 PACKAGE = "triton"
@@ -152,10 +152,7 @@ def status() -> list[TargetStatus]:
                 "triton.testing.do_bench", PACKAGE, version, False,
                 "unsupported: this triton has no driver backends (before 3.0); stock flush kept",
             )]
-        if version is None:
-            return [TargetStatus("triton", PACKAGE, None, False, "triton is not installed")]
-        detail = "not imported yet; patched when it is" if STATE.installed else "cleanflush is not installed"
-        return [TargetStatus("triton", PACKAGE, version, False, detail)]
+        return [not_loaded_row("triton", PACKAGE, version)]
     testing = sys.modules.get("triton.testing")
     if testing is not None:
         proton = [n for n in ("do_bench_proton", "do_bench_cudagraph_proton") if hasattr(testing, n)]
