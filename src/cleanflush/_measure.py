@@ -59,27 +59,16 @@ def read_flush_event_loop(fn: Callable[[], Any], iters: int = 200, device: torch
     return [start.elapsed_time(end) for start, end in pairs]
 
 
-def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
-                          device: torch.device | str = "cuda", min_bytes_factor: int = 5,
-                          replays: int = 20) -> list[float]:
-    """Reference: a CUDA graph cycling through enough weight copies to exceed 5 x L2.
-
-    Each call reads a cold weight and there are no launch gaps.  Returns ms per call, one
-    value per replay.
-    """
-    device = _cuda_device(device)
-    l2 = _flush.l2_bytes(device)
-    copy_bytes = n * k * torch.empty((), dtype=dtype).element_size()
-    copies = max(2, -(-min_bytes_factor * l2 // copy_bytes))
-    weights = [torch.randn(n, k, device=device, dtype=dtype) for _ in range(copies)]
-    x = torch.randn(1, k, device=device, dtype=dtype)
-    for w in weights:  # warm-up outside capture (cuBLAS workspace, handles)
-        torch.nn.functional.linear(x, w)
+def graph_per_call(calls: list[Callable[[], Any]], replays: int = 20) -> list[float]:
+    """Time ``calls`` captured back to back in one CUDA graph: ms per call, one value per
+    replay.  Warmed up once outside capture (cuBLAS workspaces, Triton compilation)."""
+    for call in calls:
+        call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for w in weights:
-            torch.nn.functional.linear(x, w)
+        for call in calls:
+            call()
     graph.replay()
     torch.cuda.synchronize()
     times = []
@@ -89,8 +78,28 @@ def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
         graph.replay()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / copies)
+        times.append(start.elapsed_time(end) / len(calls))
     return times
+
+
+def rotating_copies(weight_bytes: int, device: torch.device | str = "cuda", min_bytes_factor: int = 5) -> int:
+    """How many weight copies a rotating graph needs to read more than ``min_bytes_factor`` x L2."""
+    return max(2, -(-min_bytes_factor * _flush.l2_bytes(_cuda_device(device)) // weight_bytes))
+
+
+def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
+                          device: torch.device | str = "cuda", min_bytes_factor: int = 5,
+                          replays: int = 20) -> list[float]:
+    """Reference: a CUDA graph cycling through enough weight copies to exceed 5 x L2.
+
+    Each call reads a cold weight and there are no launch gaps.  Returns ms per call, one
+    value per replay.
+    """
+    device = _cuda_device(device)
+    copies = rotating_copies(n * k * torch.empty((), dtype=dtype).element_size(), device, min_bytes_factor)
+    weights = [torch.randn(n, k, device=device, dtype=dtype) for _ in range(copies)]
+    x = torch.randn(1, k, device=device, dtype=dtype)
+    return graph_per_call([lambda w=w: torch.nn.functional.linear(x, w) for w in weights], replays)
 
 
 def median(values: list[float]) -> float:
@@ -110,12 +119,15 @@ def central_mean(samples: list[float]) -> float:
 
 
 NCU_METRIC = "dram__bytes_write.sum"
-_UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+_UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9,
+          "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}  # bytes; times in us
 
 
-def ncu_write_bytes(script: str, timeout: float = 600) -> list[tuple[str, float]]:
-    """Run ``script`` under Nsight Compute and return (kernel name, DRAM bytes written) for
-    every kernel launched inside an NVTX range named ``timed``, in launch order.
+def ncu_metrics(script: str, metrics: tuple[str, ...] = (NCU_METRIC,),
+                timeout: float = 600) -> list[tuple[str, dict[str, float]]]:
+    """Run ``script`` under Nsight Compute and return (kernel name, {metric: value}) for
+    every kernel launched inside an NVTX range named ``timed``, in launch order.  Byte
+    metrics come back in bytes, time metrics in microseconds.
 
     The profiler leaves the cache and the clocks alone (``--cache-control none
     --clock-control none``) and replays the whole program per pass, so each kernel sees the
@@ -124,7 +136,7 @@ def ncu_write_bytes(script: str, timeout: float = 600) -> list[tuple[str, float]
     out = subprocess.run(
         ["ncu", "--cache-control", "none", "--clock-control", "none", "--replay-mode", "application",
          "--profile-from-start", "off", "--nvtx", "--nvtx-include", "timed/", "--csv",
-         "--metrics", NCU_METRIC, sys.executable, "-c", script],
+         "--metrics", ",".join(metrics), sys.executable, "-c", script],
         capture_output=True, text=True, timeout=timeout,
     )
     if out.returncode != 0:
@@ -133,12 +145,18 @@ def ncu_write_bytes(script: str, timeout: float = 600) -> list[tuple[str, float]
     if not rows:
         raise RuntimeError("ncu reported no kernels")
     col = {name: i for i, name in enumerate(rows[0])}
-    kernels = []
+    kernels: dict[str, tuple[str, dict[str, float]]] = {}  # launch id -> (name, metrics)
     for r in rows[1:]:
-        if r[col["Metric Name"]] == NCU_METRIC:
-            value = float(r[col["Metric Value"]].replace(",", ""))
-            kernels.append((r[col["Kernel Name"]], value * _UNITS[r[col["Metric Unit"]]]))
-    return kernels
+        if r[col["Metric Name"]] in metrics:
+            value = float(r[col["Metric Value"]].replace(",", "")) * _UNITS.get(r[col["Metric Unit"]], 1.0)
+            name, values = kernels.setdefault(r[col["ID"]], (r[col["Kernel Name"]], {}))
+            values[r[col["Metric Name"]]] = value
+    return list(kernels.values())
+
+
+def ncu_write_bytes(script: str, timeout: float = 600) -> list[tuple[str, float]]:
+    """(kernel name, DRAM bytes written) for every kernel in an NVTX range ``timed``."""
+    return [(name, values[NCU_METRIC]) for name, values in ncu_metrics(script, (NCU_METRIC,), timeout)]
 
 
 def ncu_script(n: int, k: int, dtype: str, device: int, calls: int) -> str:

@@ -1,0 +1,103 @@
+"""python -m benchmarks <study> [--out DIR]: run one study (or ``all``) on this GPU.
+
+Studies: writeback, methods, cost, latency, autotune; ``all`` runs them in that order and
+draws the figures; ``plot`` draws the figures from existing results (no GPU needed).
+Progress goes to stderr; results to DIR/<study>.csv and .json, figures to DIR/<study>.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .common import RESULTS, progress
+
+STUDIES = ("writeback", "methods", "cost", "latency", "autotune")
+
+
+def _shapes(text: str) -> list[tuple[int, int]]:
+    try:
+        return [(int(a), int(b)) for a, b in (s.split("x") for s in text.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected shapes like 4096x4096,28672x4096, got {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("study", choices=STUDIES + ("all", "plot"))
+    parser.add_argument("--skip", default="", help="with all: studies to leave out, comma-separated")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results folder (default: benchmarks/results/<gpu>, e.g. results/h200)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--shapes", type=_shapes, default=None, help="override the shapes, e.g. 4096x4096,28672x4096")
+    parser.add_argument("--rounds", type=int, default=None, help="override the number of interleaved rounds")
+    parser.add_argument("--processes", type=int, default=None, help="methods: independent processes (default 5)")
+    args = parser.parse_args(argv)
+
+    if args.study == "methods" and args.worker:
+        from . import methods
+
+        methods.worker(args.shapes, args.rounds)
+        return 0
+    out = args.out or RESULTS / _gpu_folder()
+    if args.study == "plot":
+        from . import plots
+
+        return 0 if plots.plot_all(out) else 1
+
+    import cleanflush  # noqa: F401  (installs the patches; the studies toggle them)
+
+    t0 = time.perf_counter()
+    failed: list[str] = []
+    skip = {s for s in args.skip.split(",") if s}
+    if skip - set(STUDIES):
+        parser.error(f"--skip takes {', '.join(STUDIES)}; got {', '.join(sorted(skip - set(STUDIES)))}")
+    for study in [s for s in STUDIES if s not in skip] if args.study == "all" else [args.study]:
+        kwargs = {}
+        if args.rounds is not None:
+            kwargs["rounds"] = args.rounds
+        if args.shapes is not None:
+            kwargs["layers" if study == "autotune" else "shapes"] = args.shapes
+        if args.processes is not None and study == "methods":
+            kwargs["processes"] = args.processes
+        if study == "writeback":
+            kwargs.pop("rounds", None)
+            shapes = kwargs.pop("shapes", None)
+            if shapes:
+                kwargs["n"], kwargs["k"] = shapes[0]
+        if study == "latency":
+            kwargs.pop("shapes", None)
+        module = __import__(f"benchmarks.{study}", fromlist=["run"])
+        progress(f"{study}: results go to {out}")
+        try:
+            module.run(out, **kwargs)
+        except Exception:  # one broken study must not cost the others their device time
+            traceback.print_exc()
+            failed.append(study)
+            continue
+        try:
+            from . import plots
+
+            plots.FIGURES[study](out)
+        except ImportError:
+            progress("matplotlib is not installed: no figure (python -m benchmarks plot draws them later)")
+    progress(f"done in {time.perf_counter() - t0:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _gpu_folder() -> str:
+    """results/<gpu>: 'h200' for 'NVIDIA H200', else the name in lower case with dashes."""
+    try:
+        import torch
+
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        name = "cpu"
+    return name.lower().replace("nvidia ", "").replace(" ", "-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""What every study shares: the machine record, result files, progress, statistics, and a
+clock/power log.  Imports nothing heavy at module level: ``plot`` and the CLI run without
+torch."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+MiB = 1 << 20
+RESULTS = Path(__file__).parent / "results"
+
+# The five one-row Llama 3.1 8B projections (N x K): q/o, qkv fused (GQA), down, gate+up, lm_head.
+LLAMA_SHAPES = [(4096, 4096), (6144, 4096), (4096, 14336), (28672, 4096), (128256, 4096)]
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def quartiles(values: Iterable[float]) -> tuple[float, float, float]:
+    """(p25, median, p75); one value gives it three times."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[1], q[2]
+
+
+def central_mean(samples: Iterable[float]) -> float:
+    """Mean of the middle 80% (the library's statistic; see cleanflush._measure)."""
+    xs = sorted(samples)
+    cut = len(xs) // 10
+    return statistics.fmean(xs[cut:len(xs) - cut])
+
+
+def ranks(values: list[float]) -> list[float]:
+    """Ranks from 1 (smallest), ties get their mean rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for m in range(i, j + 1):
+            out[order[m]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation (Pearson's on the ranks)."""
+    ra, rb = ranks(a), ranks(b)
+    return statistics.correlation(ra, rb)
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float:
+    """Kendall's tau-b: agreement of every pair's order."""
+    concordant = discordant = ties_a = ties_b = 0
+    for i in range(len(a)):
+        for j in range(i + 1, len(a)):
+            da, db = a[i] - a[j], b[i] - b[j]
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ties_a += 1
+            elif db == 0:
+                ties_b += 1
+            elif (da > 0) == (db > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    n = concordant + discordant
+    denom = ((n + ties_a) * (n + ties_b)) ** 0.5
+    return (concordant - discordant) / denom if denom else float("nan")
+
+
+# --------------------------------------------------------------------------- result files
+
+
+def machine() -> dict[str, Any]:
+    """GPU, clocks, driver and versions: the header every result file carries."""
+    import torch
+    import triton
+
+    import cleanflush
+
+    info: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "cleanflush": cleanflush.__version__,
+        "default_policy": cleanflush.current_policy(),
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        info.update(gpu=props.name, sms=props.multi_processor_count, l2_bytes=props.L2_cache_size,
+                    memory_gib=round(props.total_memory / (1 << 30), 1))
+    nvml = Nvml.open()
+    if nvml:
+        info.update(nvml.describe())
+    return info
+
+
+class Results:
+    """One study's output: ``<name>.csv`` (rows) and ``<name>.json`` (machine + summary)."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory, self.name = Path(directory), name
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, **row: Any) -> None:
+        self.rows.append(row)
+
+    def write(self, **summary: Any) -> Path:
+        fields: list[str] = []
+        for row in self.rows:
+            fields += [k for k in row if k not in fields]
+        with open(self.directory / f"{self.name}.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        meta = {"study": self.name, "machine": machine(), **summary}
+        path = self.directory / f"{self.name}.json"
+        path.write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        return path
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """Rows of a result CSV, numbers as floats."""
+    def value(text: str) -> Any:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    with open(path, newline="") as f:
+        return [{k: value(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+# --------------------------------------------------------------------------- clocks and power
+
+
+class Nvml:
+    """SM clock, power, temperature and throttle reasons of the current GPU (nvidia-ml-py)."""
+
+    def __init__(self, pynvml: Any, handle: Any) -> None:
+        self.nv, self.handle = pynvml, handle
+
+    @classmethod
+    def open(cls) -> Nvml | None:
+        try:
+            import pynvml
+            import torch
+
+            pynvml.nvmlInit()
+            uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", ""))
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            except Exception:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            return cls(pynvml, handle)
+        except Exception:
+            return None
+
+    def describe(self) -> dict[str, Any]:
+        nv, h = self.nv, self.handle
+        out: dict[str, Any] = {}
+        for key, call in {
+            "driver": lambda: nv.nvmlSystemGetDriverVersion(),
+            "sm_clock_max_mhz": lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
+            "mem_clock_max_mhz": lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM),
+            "power_limit_w": lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+        }.items():
+            try:
+                value = call()
+                out[key] = value.decode() if isinstance(value, bytes) else value
+            except Exception:
+                pass
+        return out
+
+    def sample(self) -> tuple[float, int, int, float, int, int]:
+        nv, h = self.nv, self.handle
+        try:
+            reasons = nv.nvmlDeviceGetCurrentClocksEventReasons(h)
+        except Exception:
+            reasons = nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        return (time.perf_counter(), nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM), nv.nvmlDeviceGetPowerUsage(h) / 1000,
+                nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), reasons)
+
+
+class ClockLog:
+    """Samples NVML every ``period`` seconds in a thread; ``window`` summarises a span.
+
+    Without NVML it records nothing and ``window`` returns an empty dict.
+    """
+
+    def __init__(self, period: float = 0.002) -> None:
+        self.nvml = Nvml.open()
+        self.period = period
+        self.samples: list[tuple[float, int, int, float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ClockLog:
+        if self.nvml:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self.nvml:
+            self._thread.join()
+
+    def _run(self) -> None:
+        assert self.nvml is not None
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self.nvml.sample())
+            except Exception:
+                return
+            time.sleep(self.period)
+
+    def window(self, t0: float, t1: float) -> dict[str, float]:
+        span = [s for s in list(self.samples) if t0 <= s[0] <= t1]
+        if not span:
+            return {}
+        reasons = 0
+        for s in span:
+            reasons |= s[5]
+        return {
+            "sm_mhz_mean": statistics.fmean(s[1] for s in span),
+            "sm_mhz_min": min(s[1] for s in span),
+            "mem_mhz_min": min(s[2] for s in span),
+            "power_w_mean": statistics.fmean(s[3] for s in span),
+            "power_w_max": max(s[3] for s in span),
+            "temp_c_max": max(s[4] for s in span),
+            "clock_event_reasons": reasons,
+            "nvml_samples": len(span),
+        }
+
+
+@contextlib.contextmanager
+def uninstalled() -> Iterator[None]:
+    """Stock behaviour for the block: cleanflush uninstalled, then installed again."""
+    import cleanflush
+
+    cleanflush.uninstall()
+    try:
+        yield
+    finally:
+        cleanflush.install()

@@ -1,0 +1,135 @@
+"""Study 4: is each flush long enough to hide the host's enqueue of the timed call?
+
+An event loop like do_bench's (flush through Triton's ``clear_cache``, start event, call, end
+event), for a cuBLAS GEMM and for a Triton kernel launched from Python.  Each flush is timed
+twice: as it is, and with the GPU held busy after it (``torch.cuda._sleep``, ~100 us, which
+touches no memory) so that the host has queued the start event and the call long before
+the GPU reaches them.  The difference is launch latency leaking into the timed region.
+
+Flushes: stock (cleanflush uninstalled), each policy, and two controls that are not
+policies: a read of 2 x L2 alone (short: the flush the write-up first tried) and the stock
+flush followed by a host synchronize (the GPU idles while the host enqueues).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .common import Results, central_mean, progress, quartiles, uninstalled
+
+ROUNDS = 3
+ITERS = 300
+BUSY_US = 100
+
+
+def run(out: Path, rounds: int = ROUNDS) -> Path:
+    import torch
+    import triton
+
+    import cleanflush
+    from cleanflush import _flush, _measure
+
+    from .int8_gemv import Layer
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    driver = triton.runtime.driver.active
+    cache = driver.get_empty_cache_for_benchmark()
+    gemm, _, _ = _measure.one_row_gemm(4096, 4096, device=device)
+    layer = Layer(4096, 4096, device)
+    kernels: dict[str, Callable[[], Any]] = {
+        "cuBLAS BF16 GEMM 4096x4096": gemm,
+        "Triton INT8 GEMV 4096x4096 (BN16 BK512 w8)": layer.call({"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 8}),
+    }
+    l2 = _flush.l2_bytes(device)
+    _flush.prepare(device)
+
+    def clear_cache() -> None:
+        driver.clear_cache(cache)
+
+    def stock_then_sync() -> None:
+        cache.zero_()
+        torch.cuda.synchronize()
+
+    # name -> (context the loop runs in, flush); the stock rows run with cleanflush uninstalled
+    flushes: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {"stock": (uninstalled, clear_cache)}
+    for policy in cleanflush.POLICIES:
+        flushes[policy] = (lambda policy=policy: cleanflush.policy(policy), clear_cache)
+    flushes["control: read 2 x L2 only"] = (contextlib.nullcontext, lambda: _flush.read(device, 2 * l2))
+    flushes["control: stock, then synchronize"] = (contextlib.nullcontext, stock_then_sync)
+
+    # cycles for BUSY_US at the clock the GPU runs at (torch.cuda._sleep spins on clock64)
+    _measure.warm_up(gemm, 1.5)
+    busy_cycles = _spin_cycles_per_us(torch) * BUSY_US
+    for fn in kernels.values():
+        fn()
+    for context, flush in flushes.values():
+        with context():
+            flush()
+    torch.cuda.synchronize()
+
+    results = Results(out, "latency")
+    for r in range(rounds):
+        progress(f"latency: round {r + 1}/{rounds}")
+        for kname, fn in kernels.items():
+            for fname, (context, flush) in flushes.items():
+                with context():
+                    flush_us = _time_flush(torch, flush)
+                    plain, host_us = _loop(torch, flush, fn, None)
+                    busy, _ = _loop(torch, flush, fn, busy_cycles)
+                results.add(kernel=kname, flush=fname, round=r, flush_us=flush_us, host_enqueue_us=host_us,
+                            timed_us=plain, timed_busy_us=busy, leak_us=plain - busy)
+    summary: dict[str, dict[str, float]] = {}
+    for row in results.rows:
+        key = f"{row['kernel']} | {row['flush']}"
+        if key not in summary:
+            mine = [x for x in results.rows if (x["kernel"], x["flush"]) == (row["kernel"], row["flush"])]
+            summary[key] = {f: quartiles(x[f] for x in mine)[1]
+                            for f in ("flush_us", "host_enqueue_us", "timed_us", "timed_busy_us", "leak_us")}
+            summary[key]["leak_us_max"] = max(x["leak_us"] for x in mine)
+            s = summary[key]
+            progress(f"  {key:70s} flush {s['flush_us']:6.1f}  host {s['host_enqueue_us']:5.1f}  "
+                     f"timed {s['timed_us']:6.2f}  busy {s['timed_busy_us']:6.2f}  leak {s['leak_us']:+.2f} (max {s['leak_us_max']:+.2f})")
+    return results.write(rounds=rounds, iters=ITERS, busy_us=BUSY_US, busy_cycles=busy_cycles, summary=summary)
+
+
+def _spin_cycles_per_us(torch: Any) -> int:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    return int(1_000_000 / (start.elapsed_time(end) * 1e3))
+
+
+def _time_flush(torch: Any, flush: Callable[[], None], count: int = 20) -> float:
+    """GPU time of one flush (us), from ``count`` back to back.  The sync control's syncs
+    run inside the span too, which is what that control costs."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(count):
+        flush()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / count * 1e3
+
+
+def _loop(torch: Any, flush: Callable[[], None], fn: Callable[[], Any], busy_cycles: int | None) -> tuple[float, float]:
+    """(central mean of the timed region, host time from after the flush to the end event)."""
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ITERS)]
+    host = 0.0
+    torch.cuda.synchronize()
+    for s, e in pairs:
+        flush()
+        if busy_cycles:
+            torch.cuda._sleep(busy_cycles)
+        t0 = time.perf_counter()
+        s.record()
+        fn()
+        e.record()
+        host += time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return central_mean(s.elapsed_time(e) * 1e3 for s, e in pairs), host / ITERS * 1e6
