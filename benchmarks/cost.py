@@ -10,6 +10,13 @@ Per flush (stock = cleanflush uninstalled, then each policy), interleaved over r
 - SM clock, memory clock, power, temperature and the clock-event reasons NVML reports
   during the call (sampled every 2 ms in a thread).
 
+A second table (``readsize``) asks what the read after the stock write should cover: the same
+event loop with plain tensor calls (no wrapper, so host cost is equal), the write followed by
+reads of 2, 3 and 4 x L2 and of 256 MiB, by 2 x L2 and ~20 us of idle GPU (``torch.cuda._sleep``),
+against the read alone and the write alone.  If the write-back of the evicted dirty lines is
+still draining when a short read ends, the timed call pays for it, and a longer read or the
+idle gap removes that.
+
 Sample histograms of every call go to the JSON: CUDA event times are quantised, and the
 share of samples on each step is what moves a mean.
 """
@@ -91,15 +98,76 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
                                 event_loop_wall_ms=(t3 - t2) * 1e3, **window)
             del fn, cache
             torch.cuda.empty_cache()
+    sizes = readsize(out, shapes, rounds)
     summary = summarise(results.rows)
     for key, row in summary.items():
         progress(f"  {key:22s} flush {row['flush_us']:6.1f} us  samples {row['samples']:6.0f}  "
                  f"wall {row['wall_ms']:6.1f} ms  do_bench {row['do_bench_us']:.2f} (sd {row['do_bench_sd']:.2f})  "
                  f"event loop {row['event_loop_us']:.2f} (sd {row['event_loop_sd']:.2f})  "
                  f"SM {row.get('sm_mhz_mean', float('nan')):.0f} MHz")
-    return results.write(rounds=rounds, summary=summary, histograms=histograms,
+    return results.write(rounds=rounds, summary=summary, readsize=sizes, histograms=histograms,
                          clock_event_reasons="NVML bits: 0x1 idle, 0x4 SW power cap, 0x8 HW slowdown, "
                                              "0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake")
+
+
+def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int = 300) -> dict[str, dict[str, float]]:
+    """The read-size table (see the module docstring); writes readsize.csv."""
+    import torch
+
+    from cleanflush import _flush, _measure
+
+    MiB = 1 << 20
+    device = torch.device("cuda", torch.cuda.current_device())
+    zbuf = torch.empty(256 * MiB // 4, dtype=torch.int32, device=device)
+    rbuf, sink, l2 = _flush.prepare(device)
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    idle_cycles = int(20 * 1_000_000 / (start.elapsed_time(end) * 1e3))  # ~20 us
+
+    def read(nbytes: int) -> None:
+        torch.sum(rbuf[: nbytes // 4], dim=0, out=sink)
+
+    variants = {
+        "read 256 MiB (read)": lambda: read(256 * MiB),
+        "zero_ 256 MiB + read 2 x L2 (write-read)": lambda: (zbuf.zero_(), read(2 * l2)),
+        "zero_ 256 MiB + read 2 x L2 + 20 us idle": lambda: (zbuf.zero_(), read(2 * l2), torch.cuda._sleep(idle_cycles)),
+        "zero_ 256 MiB + read 3 x L2": lambda: (zbuf.zero_(), read(3 * l2)),
+        "zero_ 256 MiB + read 4 x L2": lambda: (zbuf.zero_(), read(4 * l2)),
+        "zero_ 256 MiB + read 256 MiB": lambda: (zbuf.zero_(), read(256 * MiB)),
+        "zero_ 256 MiB (stock)": lambda: zbuf.zero_(),
+    }
+    table = Results(out, "readsize")
+    for n, k in shapes:
+        fn, _, _ = _measure.one_row_gemm(n, k, device=device)
+        _measure.warm_up(fn, 0.5)
+        progress(f"readsize: {n}x{k}, {rounds} rounds x {len(variants)} flushes")
+        for r in range(rounds):
+            for name, flush in variants.items():
+                pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+                for s, e in pairs:
+                    flush()
+                    s.record()
+                    fn()
+                    e.record()
+                torch.cuda.synchronize()
+                us = sorted(s.elapsed_time(e) * 1e3 for s, e in pairs)
+                table.add(shape=f"{n}x{k}", round=r, flush=name, us=central_mean(us),
+                          p5_us=us[len(us) // 20], median_us=statistics.median(us))
+    table.write(rounds=rounds, iters=iters, idle_cycles=idle_cycles)
+    summary: dict[str, dict[str, float]] = {}
+    for key in dict.fromkeys((row["shape"], row["flush"]) for row in table.rows):
+        mine = [row for row in table.rows if (row["shape"], row["flush"]) == key]
+        summary[" | ".join(key)] = {"us": quartiles(x["us"] for x in mine)[1],
+                                    "p5_us": quartiles(x["p5_us"] for x in mine)[1],
+                                    "sd": statistics.pstdev(x["us"] for x in mine)}
+        progress(f"  {' | '.join(key):58s} {summary[' | '.join(key)]['us']:7.2f} us "
+                 f"(p5 {summary[' | '.join(key)]['p5_us']:.2f}, sd over rounds {summary[' | '.join(key)]['sd']:.2f})")
+    return summary
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
