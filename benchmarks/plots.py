@@ -143,13 +143,14 @@ def autotune(directory: Path) -> Path:
                        label=f"{timer}: tau {s['kendall']:.2f}, {s['beat_cublas']} beat cuBLAS")
             ax.scatter([t[(truth_name, "cuBLAS BF16")]], [t[(timer, "cuBLAS BF16")]], marker="*", s=150,
                        color=f"C{i}", edgecolor="black")
-        lo = min(t.values())
-        hi = max(t[(truth_name, c)] for c in candidates) * 1.6
+        lo, hi = min(t.values()) * 0.95, max(t.values()) * 1.05
         ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.7)
-        ax.set_xlim(lo * 0.95, hi)
-        ax.set_ylim(lo * 0.95, hi * 1.3)
-        ax.set_xlabel("ground truth: rotating-weight graph (us)")
-        ax.set_ylabel("timer (us)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("ground truth: rotating-weight graph (us, log)")
+        ax.set_ylabel("timer (us, log)")
         ax.set_title(f"{layer}: INT8 configs (dots), cuBLAS BF16 (stars); truth winner "
                      f"{meta['summary'][layer]['truth_winner']}", fontsize=8)
         ax.legend(fontsize=7)

@@ -20,16 +20,16 @@ def _run(args, env):
 def test_status_table_lists_patched_triton_targets():
     out = _run(["status"], None)
     assert out.returncode == 0, out.stderr
-    assert "installed (import), policy write-read" in out.stdout
+    assert "installed (import), policy read" in out.stdout
     assert "triton.backends.nvidia.driver.CudaDriver.clear_cache" in out.stdout
     row = next(line for line in out.stdout.splitlines() if "CudaDriver.clear_cache" in line)
     assert " yes " in row
 
 
 def test_status_json_matches_the_api():
-    out = _run(["status", "--json"], {"CLEANFLUSH": "read"})
+    out = _run(["status", "--json"], {"CLEANFLUSH": "write-read"})
     data = json.loads(out.stdout)
-    assert data["installed"] and data["policy"] == "read" and data["source"] == "autoload"
+    assert data["installed"] and data["policy"] == "write-read" and data["source"] == "autoload"
     targets = {t["target"]: t for t in data["targets"]}
     assert targets["triton.backends.nvidia.driver.CudaDriver.clear_cache"]["patched"]
 

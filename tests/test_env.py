@@ -6,11 +6,11 @@ from cleanflush import _env
 @pytest.mark.parametrize(
     "value, policy",
     [
-        (None, "write-read"),
-        ("", "write-read"),
-        ("1", "write-read"),
-        ("on", "write-read"),
-        (" ON ", "write-read"),
+        (None, "read"),
+        ("", "read"),
+        ("1", "read"),
+        ("on", "read"),
+        (" ON ", "read"),
         ("0", None),
         ("off", None),
         ("write-read", "write-read"),

@@ -119,8 +119,9 @@ def central_mean(samples: list[float]) -> float:
 
 
 NCU_METRIC = "dram__bytes_write.sum"
-_UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9,
-          "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}  # bytes; times in us
+# bytes, and times in us; Nsight Compute versions spell the units either way
+_UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9,
+          "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
 def ncu_metrics(script: str, metrics: tuple[str, ...] = (NCU_METRIC,),
@@ -148,7 +149,10 @@ def ncu_metrics(script: str, metrics: tuple[str, ...] = (NCU_METRIC,),
     kernels: dict[str, tuple[str, dict[str, float]]] = {}  # launch id -> (name, metrics)
     for r in rows[1:]:
         if r[col["Metric Name"]] in metrics:
-            value = float(r[col["Metric Value"]].replace(",", "")) * _UNITS.get(r[col["Metric Unit"]], 1.0)
+            unit = r[col["Metric Unit"]]
+            if unit not in _UNITS:
+                raise RuntimeError(f"ncu reported {r[col['Metric Name']]} in an unknown unit {unit!r}")
+            value = float(r[col["Metric Value"]].replace(",", "")) * _UNITS[unit]
             name, values = kernels.setdefault(r[col["ID"]], (r[col["Kernel Name"]], {}))
             values[r[col["Metric Name"]]] = value
     return list(kernels.values())

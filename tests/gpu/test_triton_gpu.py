@@ -23,50 +23,60 @@ def gemm():
     return fn
 
 
-def interleaved(gemm, rounds=7):
-    """Per method, the median over interleaved rounds of each round's central mean (us)."""
-    samples = {"stock": [], "write-read": [], "read": [], "reference": []}
+def paired(gemm, rounds=9):
+    """Per policy, the median over rounds of do_bench under it divided by the read-flush
+    reference measured right after it.  Pairing matters on these machines: a GPU state that
+    lasts a few hundred ms moves a call and the one after it alike, and changes between
+    rounds (benchmarks/results/h200/README.md, study 3)."""
+    ratios = {policy: [] for policy in cleanflush.POLICIES}
     for _ in range(rounds):
-        with cleanflush.policy("write"):
-            samples["stock"].append(_measure.central_mean(triton.testing.do_bench(gemm, return_mode="all")))
-        samples["write-read"].append(_measure.central_mean(triton.testing.do_bench(gemm, return_mode="all")))
-        with cleanflush.policy("read"):
-            samples["read"].append(_measure.central_mean(triton.testing.do_bench(gemm, return_mode="all")))
-        samples["reference"].append(_measure.central_mean(_measure.read_flush_event_loop(gemm, 1000)))
-    for name, values in samples.items():
-        print(f"{name:10s} rounds (us): " + " ".join(f"{v * 1e3:.2f}" for v in values))
-    result = {name: _measure.median(values) * 1e3 for name, values in samples.items()}
-    print("\n" + "  ".join(f"{k}={v:.2f}us" for k, v in result.items()), torch.cuda.get_device_name())
+        for policy in cleanflush.POLICIES:
+            with cleanflush.policy(policy):
+                measured = _measure.central_mean(triton.testing.do_bench(gemm, return_mode="all"))
+            reference = _measure.central_mean(_measure.read_flush_event_loop(gemm, 1000))
+            ratios[policy].append(measured / reference)
+    for name, values in ratios.items():
+        print(f"{name:10s} / reference, rounds: " + " ".join(f"{v:.3f}" for v in values))
+    result = {name: _measure.median(values) for name, values in ratios.items()}
+    print("\n" + "  ".join(f"{k}={v:.3f}" for k, v in result.items()), "x reference,", torch.cuda.get_device_name())
     return result
 
 
 def test_do_bench_clean_under_each_policy(gemm):
-    us = interleaved(gemm)
-    for policy in ("write-read", "read"):
-        assert us[policy] <= 0.90 * us["stock"], us
-        assert abs(us[policy] - us["reference"]) <= 0.03 * us["reference"], us
+    ratio = paired(gemm)
+    stock = ratio["write"]
+    assert stock >= 1.10, ratio  # the stock penalty is there to remove
+    default = ratio[cleanflush.DEFAULT_POLICY]
+    assert default <= 0.90 * stock, ratio
+    assert abs(default - 1) <= 0.03, ratio
+    # write-read is clean under ncu but sits a few percent above the reference in time
+    # (study 2 of the benchmarks); it must still remove most of the stock penalty.
+    assert ratio["write-read"] - 1 <= 0.5 * (stock - 1), ratio
 
 
-def test_flush_is_capture_safe(gemm):
+@pytest.mark.parametrize("policy", cleanflush.POLICIES)
+def test_flush_is_capture_safe(gemm, policy):
     driver = triton.runtime.driver.active
     cache = driver.get_empty_cache_for_benchmark()  # allocates the read buffer too
     torch.cuda.synchronize()
-    before = cleanflush.flush_counts().get(("triton", "write-read"), 0)
+    key = ("triton", policy)
+    before = cleanflush.flush_counts().get(key, 0)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph), cleanflush.policy(policy):
         for _ in range(3):
             driver.clear_cache(cache)
             gemm()
     graph.replay()
     torch.cuda.synchronize()
-    assert cleanflush.flush_counts()[("triton", "write-read")] == before + 3
+    assert cleanflush.flush_counts()[key] == before + 3
 
 
 @pytest.mark.skipif(not hasattr(triton.testing, "do_bench_cudagraph_proton"), reason="triton < 3.8")
 def test_do_bench_cudagraph_proton_runs_patched(gemm):
-    before = cleanflush.flush_counts().get(("triton", "write-read"), 0)
+    key = ("triton", cleanflush.current_policy())
+    before = cleanflush.flush_counts().get(key, 0)
     triton.testing.do_bench_cudagraph_proton(gemm)
-    assert cleanflush.flush_counts()[("triton", "write-read")] > before
+    assert cleanflush.flush_counts()[key] > before
 
 
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="Nsight Compute (ncu) is not on PATH")
