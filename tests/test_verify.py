@@ -56,6 +56,15 @@ def test_pass_on_the_h200_numbers():
     assert any("stock flush added" in r for r in verdict["reasons"])
 
 
+def test_a_shift_shared_by_a_round_and_its_reference_is_not_a_failure():
+    # round 2 ran in the slow state for both numbers; compared unpaired, patched's median
+    # (16.5) would sit 1.6 us above the reference's (14.9)
+    shifted = record(patched=(15.0, 16.5, 16.6), ref=(14.9, 16.4, 14.8))
+    assert _verify.judge(shifted)["result"] == "PASS"
+    biased = record(patched=(16.0, 17.5, 16.6), ref=(14.9, 16.4, 15.4))
+    assert _verify.judge(biased)["result"] == "FAIL"
+
+
 def test_noisy_rounds_widen_the_tolerance():
     noisy = record(patched=(14.6, 16.6, 15.4), ref=(15.0, 16.0, 15.5))
     assert _verify.judge(noisy)["result"] == "PASS"
