@@ -28,8 +28,8 @@ def writeback(directory: Path) -> Path:
     plt = _pyplot()
     rows = read_csv(directory / "writeback.csv")
     meta = json.loads((directory / "writeback.json").read_text())
-    sweep = [r for r in rows if str(r["flush"]).startswith("zero_")]
-    ours = [r for r in rows if not str(r["flush"]).startswith("zero_")]
+    sweep = [r for r in rows if str(r["flush"]).endswith(" MiB") and str(r["flush"]).startswith("zero_")]
+    ours = [r for r in rows if r not in sweep]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     xs = [r["zero_mib"] for r in sweep]
     a.plot(xs, [r["gemm_write_mb"] for r in sweep], "o-", label="timed GEMM: DRAM bytes written")

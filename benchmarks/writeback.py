@@ -93,13 +93,13 @@ def run(out: Path, n: int = 4096, k: int = 4096) -> Path:
     if i != len(kernels):
         raise RuntimeError(f"{len(kernels) - i} kernels left over")
     rows = results.rows
-    plateau = [r["probe_writeback_mb"] for r in rows if r["flush"].startswith("zero_") and r["zero_mib"] >= 64]
+    sweep = [r for r in rows if r["flush"].startswith("zero_") and r["flush"].endswith(" MiB")]
+    plateau = [r["probe_writeback_mb"] for r in sweep if r["zero_mib"] >= 64]
     summary: dict[str, Any] = {
         "shape": [n, k], "reps": REPS, "metrics": METRICS,
         "ncu": "--cache-control none --clock-control none --replay-mode application",
         "dirty_capacity_mb": statistics.median(plateau),
-        "gemm_write_plateau_mb": statistics.median(r["gemm_write_mb"] for r in rows
-                                                   if r["flush"].startswith("zero_") and r["zero_mib"] >= 64),
+        "gemm_write_plateau_mb": statistics.median(r["gemm_write_mb"] for r in sweep if r["zero_mib"] >= 64),
     }
     progress(f"writeback: dirty capacity {summary['dirty_capacity_mb']:.1f} MB, "
              f"GEMM write-back plateau {summary['gemm_write_plateau_mb']:.1f} MB")
