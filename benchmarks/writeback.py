@@ -57,6 +57,28 @@ def _is_probe(kernel: str) -> bool:
     return "reduce_kernel" in kernel and "splitK" not in kernel
 
 
+def split_cases(kernels: list[tuple[str, dict[str, float]]], labels: list[str], sizes: list[int],
+                reps: int) -> list[tuple[str, int, list[dict[str, float]], list[dict[str, float]]]]:
+    """Cut ncu's launch-ordered kernels into (label, size, GEMM kernels, probe kernels) per
+    case: GEMM kernels (cuBLAS, one or two per call) until the first probe, then ``reps``
+    probes.  Raises when the sequence is not what the script launches."""
+    cases = []
+    i = 0
+    for label, x in zip(labels, sizes):
+        gemm: list[dict[str, float]] = []
+        while i < len(kernels) and not _is_probe(kernels[i][0]):
+            gemm.append(kernels[i][1])
+            i += 1
+        probes = [v for name, v in kernels[i:i + reps] if _is_probe(name)]
+        i += reps
+        if not gemm or len(gemm) % reps or len(probes) != reps:
+            raise RuntimeError(f"unexpected kernel sequence at {label!r}: {len(gemm)} GEMM kernels, {len(probes)} probes")
+        cases.append((label, x, gemm, probes))
+    if i != len(kernels):
+        raise RuntimeError(f"{len(kernels) - i} kernels left over")
+    return cases
+
+
 def run(out: Path, n: int = 4096, k: int = 4096) -> Path:
     from cleanflush import _measure
 
@@ -65,20 +87,11 @@ def run(out: Path, n: int = 4096, k: int = 4096) -> Path:
     progress(f"writeback: {len(labels)} flushes x {REPS} GEMMs under Nsight Compute (about a minute)")
     script = SCRIPT.format(n=n, k=k, sizes=SIZES_MIB, reps=REPS)
     kernels = _measure.ncu_metrics(script, METRICS)
-    # Walk the launch order: GEMM kernels until the first probe, then REPS probes.
     results = Results(out, "writeback")
-    i = 0
-    for label, x in zip(labels, SIZES_MIB + [256, 0]):
-        gemm: list[dict[str, float]] = []
-        while i < len(kernels) and not _is_probe(kernels[i][0]):
-            gemm.append(kernels[i][1])
-            i += 1
-        probes = [v for _, v in kernels[i:i + REPS]]
-        i += REPS
+    for label, x, gemm, probes in split_cases(kernels, labels, SIZES_MIB + [256, 0], REPS):
         per_call = len(gemm) // REPS
-        if per_call == 0 or len(gemm) % REPS or len(probes) != REPS:
-            raise RuntimeError(f"unexpected kernel sequence at {label!r}: {len(gemm)} GEMM kernels, {len(probes)} probes")
         calls = [gemm[c * per_call:(c + 1) * per_call] for c in range(REPS)]
+
         def total(call: list[dict[str, float]], metric: str) -> float:
             return sum(kv[metric] for kv in call)
         results.add(
@@ -90,8 +103,6 @@ def run(out: Path, n: int = 4096, k: int = 4096) -> Path:
             probe_us=statistics.median(p[METRICS[2]] for p in probes),
             gemm_kernels_per_call=per_call,
         )
-    if i != len(kernels):
-        raise RuntimeError(f"{len(kernels) - i} kernels left over")
     rows = results.rows
     sweep = [r for r in rows if r["flush"].startswith("zero_") and r["flush"].endswith(" MiB")]
     plateau = [r["probe_writeback_mb"] for r in sweep if r["zero_mib"] >= 64]

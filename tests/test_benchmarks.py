@@ -1,0 +1,101 @@
+"""The benchmark suite's logic that needs no GPU: statistics, what an autotuner concludes,
+cutting Nsight Compute's kernel list into cases, the INT8 kernel's arithmetic (through
+Triton's interpreter on CPU tensors), and the command line."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import autotune, common, methods, writeback
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_rank_correlations():
+    a = [1.0, 2.0, 3.0, 4.0]
+    assert common.kendall_tau(a, a) == pytest.approx(1.0)
+    assert common.kendall_tau(a, a[::-1]) == pytest.approx(-1.0)
+    # one swapped pair out of six: (5 - 1) / 6
+    assert common.kendall_tau(a, [1.0, 3.0, 2.0, 4.0]) == pytest.approx(4 / 6)
+    assert common.spearman(a, [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
+    assert common.ranks([3.0, 1.0, 3.0]) == [2.5, 1.0, 2.5]
+
+
+def test_central_mean_trims_the_tails():
+    samples = [10.0] * 18 + [0.0, 1000.0]
+    assert common.central_mean(samples) == 10.0
+    assert common.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
+
+
+def _rows(times):
+    return [{"timer": timer, "candidate": cand, "us": us, "round": r}
+            for timer, per in times.items() for cand, us in per.items() for r in range(2)]
+
+
+def test_decide_reports_winner_regret_and_cublas_count():
+    truth = {"A": 10.0, "B": 11.0, "C": 14.0, autotune.CUBLAS: 12.0}
+    # a timer that charges the kernel reading more bytes (cuBLAS) and reorders A and B
+    skewed = {"A": 13.0, "B": 12.0, "C": 15.0, autotune.CUBLAS: 16.0}
+    verdict = autotune.decide(_rows({"stock": skewed, autotune.TIMERS[-1]: truth}))
+    assert verdict["truth_winner"] == "A"
+    stock = verdict["timers"]["stock"]
+    assert stock["winner"] == "B" and stock["winner_truth_us"] == 11.0
+    assert stock["regret_pct"] == pytest.approx(10.0)
+    assert stock["beat_cublas"] == 3  # all three, against 2 under the truth
+    assert verdict["timers"][autotune.TIMERS[-1]]["beat_cublas"] == 2
+    assert stock["kendall"] < verdict["timers"][autotune.TIMERS[-1]]["kendall"] == pytest.approx(1.0)
+
+
+def test_methods_summary_is_relative_to_the_event_loop():
+    rows = [{"shape": "4096x4096", "method": m, "us": us}
+            for m, us in [("read-flush event loop", 15.0), ("read-flush event loop", 15.2),
+                          ("do_bench stock", 18.8), ("do_bench stock", 19.0)]]
+    summary = methods.summarise(rows)["4096x4096"]
+    assert summary["do_bench stock"]["median"] == pytest.approx(18.9)
+    assert summary["do_bench stock"]["vs_event_loop"] == pytest.approx(18.9 / 15.1)
+    assert "do_bench read" not in summary  # a method with no rows is left out, not zero
+
+
+def test_writeback_cuts_ncu_kernels_into_cases():
+    gemm, reduce_ = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT", "cublasLt::splitKreduce_kernel"
+    probe = "void at::native::reduce_kernel<512, 1, ReduceOp<float>>"
+    kernels = []
+    for case in range(2):
+        for rep in range(3):
+            kernels += [(gemm, {"w": case}), (reduce_, {"w": 0.0})]
+        kernels += [(probe, {"w": 10.0 * case})] * 3
+    cases = writeback.split_cases(kernels, ["a", "b"], [0, 8], 3)
+    assert [(label, x, len(g), len(p)) for label, x, g, p in cases] == [("a", 0, 6, 3), ("b", 8, 6, 3)]
+    assert cases[1][3][0]["w"] == 10.0
+    with pytest.raises(RuntimeError, match="left over"):
+        writeback.split_cases(kernels + [(gemm, {})], ["a", "b"], [0, 8], 3)
+    with pytest.raises(RuntimeError, match="unexpected kernel sequence"):
+        writeback.split_cases(kernels[1:], ["a", "b"], [0, 8], 3)
+
+
+def test_int8_gemv_matches_a_float64_reference_on_cpu():
+    pytest.importorskip("triton")
+    code = (
+        "from benchmarks.int8_gemv import Layer, configs\n"
+        "layer = Layer(40, 300, 'cpu')\n"  # ragged in both dimensions: the masks matter
+        "for c in (configs()[0], configs()[-1]):\n"
+        "    print(layer.error(c))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    errors = [float(x) for x in out.stdout.split()]
+    assert len(errors) == 2 and all(e < 1e-2 for e in errors), errors
+
+
+def test_cli_names_the_valid_studies():
+    out = subprocess.run([sys.executable, "-m", "benchmarks", "all", "--skip", "bogus"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "writeback, methods, cost, latency, autotune" in out.stderr and "bogus" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "benchmarks", "methods", "--shapes", "4096by4096"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "4096x4096" in out.stderr
