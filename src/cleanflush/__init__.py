@@ -56,7 +56,7 @@ def _on_import(target: Any) -> Any:
 def install(policy: str | None = None, *, source: str = "install()") -> None:
     """Patch every known benchmarker (now, or when it is imported).  Idempotent.
 
-    ``policy`` sets the process default (``write-read`` unless ``CLEANFLUSH`` names
+    ``policy`` sets the process default (``read`` unless ``CLEANFLUSH`` names
     another).  ``CLEANFLUSH`` is set in ``os.environ`` so that child processes, such as
     Inductor's autotuning workers, autoload cleanflush with the same policy.
     """
