@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 MiB = 1 << 20
 RESULTS = Path(__file__).parent / "results"
@@ -85,6 +85,43 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     n = concordant + discordant
     denom = ((n + ties_a) * (n + ties_b)) ** 0.5
     return (concordant - discordant) / denom if denom else float("nan")
+
+
+# --------------------------------------------------------------------------- GPU loops
+
+
+def timed_loop(flush: Callable[[], Any], fn: Callable[[], Any], iters: int,
+               between: Callable[[], Any] | None = None) -> list[float]:
+    """do_bench's inner loop: flush, (``between``), start event, call, end event; returns
+    each call's time in us."""
+    import torch
+
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    torch.cuda.synchronize()
+    for start, end in pairs:
+        flush()
+        if between is not None:
+            between()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1e3 for start, end in pairs]
+
+
+def spin_cycles_per_us() -> float:
+    """Clock cycles per microsecond of ``torch.cuda._sleep``, which spins on clock64 and
+    touches no memory: the way to keep the GPU busy for a given time."""
+    import torch
+
+    torch.cuda._sleep(1000)  # the first launch loads the kernel: keep it out of the timing
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    return 1_000_000 / (start.elapsed_time(end) * 1e3)
 
 
 # --------------------------------------------------------------------------- result files

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import ClockLog, Results, central_mean, progress, quartiles, uninstalled
+from .common import ClockLog, Results, central_mean, progress, quartiles, spin_cycles_per_us, timed_loop, uninstalled
 
 SHAPES = [(4096, 4096), (28672, 4096)]
 ROUNDS = 10
@@ -78,25 +78,17 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
                         t1 = time.perf_counter()
                         window = clocks.window(t0, t1)
 
-                        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                                 for _ in samples]
                         t2 = time.perf_counter()
-                        for s, e in pairs:
-                            driver.clear_cache(cache)
-                            s.record()
-                            fn()
-                            e.record()
-                        torch.cuda.synchronize()
+                        loop = timed_loop(lambda cache=cache: driver.clear_cache(cache), fn, len(samples))
                         t3 = time.perf_counter()
-                        loop = [s.elapsed_time(e) for s, e in pairs]
                     us = [x * 1e3 for x in samples]
                     histograms[f"{n}x{k} {flush}"].append(dict(collections.Counter(f"{x:.3f}" for x in us)))
                     results.add(shape=f"{n}x{k}", round=r, flush=flush, flush_us=flush_us,
                                 samples=len(samples), wall_ms=(t1 - t0) * 1e3,
                                 do_bench_us=central_mean(us), do_bench_median_us=statistics.median(us),
-                                event_loop_us=central_mean(x * 1e3 for x in loop),
+                                event_loop_us=central_mean(loop),
                                 event_loop_wall_ms=(t3 - t2) * 1e3, **window)
-            del fn, cache
+            del cache
             torch.cuda.empty_cache()
     sizes = readsize(out, shapes, rounds)
     summary = summarise(results.rows)
@@ -120,14 +112,7 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
     device = torch.device("cuda", torch.cuda.current_device())
     zbuf = torch.empty(256 * MiB // 4, dtype=torch.int32, device=device)
     rbuf, sink, l2 = _flush.prepare(device)
-    torch.cuda._sleep(1000)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(1_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    idle_cycles = int(20 * 1_000_000 / (start.elapsed_time(end) * 1e3))  # ~20 us
+    idle_cycles = int(20 * spin_cycles_per_us())  # ~20 us
 
     def read(nbytes: int) -> None:
         torch.sum(rbuf[: nbytes // 4], dim=0, out=sink)
@@ -148,14 +133,7 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
         progress(f"readsize: {n}x{k}, {rounds} rounds x {len(variants)} flushes")
         for r in range(rounds):
             for name, flush in variants.items():
-                pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-                for s, e in pairs:
-                    flush()
-                    s.record()
-                    fn()
-                    e.record()
-                torch.cuda.synchronize()
-                us = sorted(s.elapsed_time(e) * 1e3 for s, e in pairs)
+                us = sorted(timed_loop(flush, fn, iters))
                 table.add(shape=f"{n}x{k}", round=r, flush=name, us=central_mean(us),
                           p5_us=us[len(us) // 20], median_us=statistics.median(us))
     table.write(rounds=rounds, iters=iters, idle_cycles=idle_cycles)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import Results, central_mean, progress, quartiles, uninstalled
+from .common import Results, central_mean, progress, quartiles, spin_cycles_per_us, timed_loop, uninstalled
 
 ROUNDS = 3
 ITERS = 300
@@ -62,7 +62,7 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
 
     # cycles for BUSY_US at the clock the GPU runs at (torch.cuda._sleep spins on clock64)
     _measure.warm_up(gemm, 1.5)
-    busy_cycles = _spin_cycles_per_us(torch) * BUSY_US
+    busy_cycles = int(spin_cycles_per_us() * BUSY_US)
     for fn in kernels.values():
         fn()
     for context, flush in flushes.values():
@@ -78,8 +78,8 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
                 with context():
                     flush_us = _time_flush(torch, flush)
                     host_us = _host_iteration(torch, flush, fn)
-                    plain = _loop(torch, flush, fn, None)
-                    busy = _loop(torch, flush, fn, busy_cycles)
+                    plain = _loop(flush, fn, None)
+                    busy = _loop(flush, fn, busy_cycles)
                 results.add(kernel=kname, flush=fname, round=r, flush_us=flush_us, host_iteration_us=host_us,
                             timed_us=plain, timed_busy_us=busy, leak_us=plain - busy)
     summary: dict[str, dict[str, float]] = {}
@@ -94,17 +94,6 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
             progress(f"  {key:70s} flush {s['flush_us']:6.1f}  host/iter {s['host_iteration_us']:5.1f}  "
                      f"timed {s['timed_us']:6.2f}  busy {s['timed_busy_us']:6.2f}  leak {s['leak_us']:+.2f} (max {s['leak_us_max']:+.2f})")
     return results.write(rounds=rounds, iters=ITERS, busy_us=BUSY_US, busy_cycles=busy_cycles, summary=summary)
-
-
-def _spin_cycles_per_us(torch: Any) -> int:
-    torch.cuda._sleep(1000)  # the first launch loads the kernel: keep it out of the timing
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(1_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    return int(1_000_000 / (start.elapsed_time(end) * 1e3))
 
 
 def _time_flush(torch: Any, flush: Callable[[], None], count: int = 20) -> float:
@@ -136,16 +125,10 @@ def _host_iteration(torch: Any, flush: Callable[[], None], fn: Callable[[], Any]
     return host / count * 1e6
 
 
-def _loop(torch: Any, flush: Callable[[], None], fn: Callable[[], Any], busy_cycles: int | None) -> float:
-    """Central mean (us) of the timed region over ITERS iterations."""
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ITERS)]
-    torch.cuda.synchronize()
-    for s, e in pairs:
-        flush()
-        if busy_cycles:
-            torch.cuda._sleep(busy_cycles)
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return central_mean(s.elapsed_time(e) * 1e3 for s, e in pairs)
+def _loop(flush: Callable[[], None], fn: Callable[[], Any], busy_cycles: int | None) -> float:
+    """Central mean (us) of the timed region over ITERS iterations, the GPU held busy for
+    ``busy_cycles`` after each flush when given."""
+    import torch
+
+    between = (lambda: torch.cuda._sleep(busy_cycles)) if busy_cycles else None
+    return central_mean(timed_loop(flush, fn, ITERS, between))

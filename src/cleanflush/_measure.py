@@ -6,6 +6,7 @@ Imported only when measuring: it imports torch.
 from __future__ import annotations
 
 import csv
+import functools
 import statistics
 import subprocess
 import sys
@@ -99,7 +100,7 @@ def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
     copies = rotating_copies(n * k * torch.empty((), dtype=dtype).element_size(), device, min_bytes_factor)
     weights = [torch.randn(n, k, device=device, dtype=dtype) for _ in range(copies)]
     x = torch.randn(1, k, device=device, dtype=dtype)
-    return graph_per_call([lambda w=w: torch.nn.functional.linear(x, w) for w in weights], replays)
+    return graph_per_call([functools.partial(torch.nn.functional.linear, x, w) for w in weights], replays)
 
 
 def median(values: list[float]) -> float:
