@@ -1,6 +1,6 @@
 """Is the per-call spread after a read flush the host falling behind the GPU?
 
-do_bench's loop (clear_cache, start, call, end) three ways, per flush (stock, read):
+do_bench's loop (clear_cache, start, call, end) three ways, per flush (stock, read, write-read):
 - as it is;
 - host-bound on purpose: the host busy-waits 150 us after each end event, so every
   iteration is issued just in time to an idle GPU (the timed part of the iteration is issued
@@ -54,7 +54,7 @@ def main(rounds=6, iters=300):
         _measure.warm_up(fn, 1.0)
         rows = {}
         for r in range(rounds):
-            for policy in ("stock", "read"):
+            for policy in ("stock", "read", "write-read"):
                 for mode, kw in (("as is", {}), ("host-bound", {"host_wait_us": 150}), ("GPU-bound", {"gpu_pad_cycles": pad})):
                     ctx = uninstalled() if policy == "stock" else cleanflush.policy(policy)
                     with ctx:
