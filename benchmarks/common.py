@@ -13,7 +13,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
+
+from cleanflush._stats import central_mean, quartiles  # noqa: F401  (the studies take them from here)
 
 MiB = 1 << 20
 RESULTS = Path(__file__).parent / "results"
@@ -27,22 +29,6 @@ def progress(message: str) -> None:
 
 
 # --------------------------------------------------------------------------- statistics
-
-
-def quartiles(values: Iterable[float]) -> tuple[float, float, float]:
-    """(p25, median, p75); one value gives it three times."""
-    xs = sorted(values)
-    if len(xs) == 1:
-        return xs[0], xs[0], xs[0]
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return q[0], q[1], q[2]
-
-
-def central_mean(samples: Iterable[float]) -> float:
-    """Mean of the middle 80% (the library's statistic; see cleanflush._measure)."""
-    xs = sorted(samples)
-    cut = len(xs) // 10
-    return statistics.fmean(xs[cut:len(xs) - cut])
 
 
 def ranks(values: list[float]) -> list[float]:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import cleanflush
 
 from ._state import STATE
+from ._stats import quartiles
 
 SCHEMA = 1
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2
@@ -240,12 +241,8 @@ def _ncu(options: Options) -> dict[str, Any]:
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    xs = sorted(values)
-    if len(xs) >= 2:
-        q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    else:
-        q1 = q3 = xs[0]
-    return {"median": statistics.median(xs), "q1": q1, "q3": q3}
+    q1, median, q3 = quartiles(values)
+    return {"median": median, "q1": q1, "q3": q3}
 
 
 def judge(data: dict[str, Any]) -> dict[str, Any]:
