@@ -24,6 +24,14 @@ def _title(meta: dict[str, Any], text: str) -> str:
             f"triton {m['triton']}, {m['date']}")
 
 
+def _grouped_bars(ax: Any, series: dict[str, list[float]], errors: dict[str, list[list[float]]] | None = None) -> None:
+    """One bar per category and series, the series side by side within each category."""
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar([j + (i - len(series) / 2 + 0.5) * width for j in range(len(values))], values, width,
+               yerr=errors[label] if errors else None, capsize=2 if errors else 0, label=label)
+
+
 def writeback(directory: Path) -> Path:
     plt = _pyplot()
     rows = read_csv(directory / "writeback.csv")
@@ -59,14 +67,13 @@ def methods(directory: Path) -> Path:
     shapes = list(summary)
     names = meta["methods"]
     fig, ax = plt.subplots(figsize=(12, 4.8))
-    width = 0.8 / len(names)
-    for i, m in enumerate(names):
-        ref = [summary[s]["rotating-weight graph"]["median"] for s in shapes]
-        med = [summary[s][m]["median"] / r for s, r in zip(shapes, ref)]
-        lo = [(summary[s][m]["median"] - summary[s][m]["p25"]) / r for s, r in zip(shapes, ref)]
-        hi = [(summary[s][m]["p75"] - summary[s][m]["median"]) / r for s, r in zip(shapes, ref)]
-        ax.bar([j + (i - len(names) / 2 + 0.5) * width for j in range(len(shapes))], med, width,
-               yerr=[lo, hi], capsize=2, label=m)
+    ref = [summary[s]["rotating-weight graph"]["median"] for s in shapes]
+    _grouped_bars(
+        ax,
+        {m: [summary[s][m]["median"] / r for s, r in zip(shapes, ref)] for m in names},
+        {m: [[(summary[s][m]["median"] - summary[s][m]["p25"]) / r for s, r in zip(shapes, ref)],
+             [(summary[s][m]["p75"] - summary[s][m]["median"]) / r for s, r in zip(shapes, ref)]] for m in names},
+    )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(shapes)), [f"{s}\n(graph {summary[s]['rotating-weight graph']['median']:.1f} us)" for s in shapes])
     ax.set_ylabel("time / rotating-weight graph (median, IQR bars)")
@@ -85,9 +92,7 @@ def cost(directory: Path) -> Path:
     fig, axes = plt.subplots(1, 4, figsize=(15, 4))
     for ax, field, label in zip(axes[:3], ("flush_us", "samples", "wall_ms"),
                                 ("flush GPU time (us)", "samples per do_bench call", "do_bench wall time (ms)")):
-        for j, shape in enumerate(shapes):
-            vals = [meta["summary"][f"{shape} {f}"][field] for f in flushes]
-            ax.bar([i + (j - 0.5) * 0.4 for i in range(len(flushes))], vals, 0.4, label=shape)
+        _grouped_bars(ax, {shape: [meta["summary"][f"{shape} {f}"][field] for f in flushes] for shape in shapes})
         ax.set_xticks(range(len(flushes)), flushes, fontsize=8)
         ax.set_title(label, fontsize=9)
         ax.legend(fontsize=7)
@@ -110,9 +115,7 @@ def latency(directory: Path) -> Path:
     kernels = list(dict.fromkeys(key.split(" | ")[0] for key in summary))
     flushes = list(dict.fromkeys(key.split(" | ")[1] for key in summary))
     fig, ax = plt.subplots(figsize=(11, 4.2))
-    for j, kernel in enumerate(kernels):
-        vals = [summary[f"{kernel} | {f}"]["leak_us"] for f in flushes]
-        ax.bar([i + (j - 0.5) * 0.4 for i in range(len(flushes))], vals, 0.4, label=kernel)
+    _grouped_bars(ax, {kernel: [summary[f"{kernel} | {f}"]["leak_us"] for f in flushes] for kernel in kernels})
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(flushes)),
                   [f"{f}\n({summary[f'{kernels[0]} | {f}']['flush_us']:.0f} us)" for f in flushes], fontsize=8)
