@@ -8,6 +8,7 @@ Progress goes to stderr; results to DIR/<study>.csv and .json, figures to DIR/<s
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 import traceback
@@ -57,22 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     skip = {s for s in args.skip.split(",") if s}
     if skip - set(STUDIES):
         parser.error(f"--skip takes {', '.join(STUDIES)}; got {', '.join(sorted(skip - set(STUDIES)))}")
+    options = {"shapes": args.shapes, "rounds": args.rounds, "processes": args.processes}
     for study in [s for s in STUDIES if s not in skip] if args.study == "all" else [args.study]:
-        kwargs = {}
-        if args.rounds is not None:
-            kwargs["rounds"] = args.rounds
-        if args.shapes is not None:
-            kwargs["layers" if study == "autotune" else "shapes"] = args.shapes
-        if args.processes is not None and study == "methods":
-            kwargs["processes"] = args.processes
-        if study == "writeback":
-            kwargs.pop("rounds", None)
-            shapes = kwargs.pop("shapes", None)
-            if shapes:
-                kwargs["n"], kwargs["k"] = shapes[0]
-        if study == "latency":
-            kwargs.pop("shapes", None)
         module = __import__(f"benchmarks.{study}", fromlist=["run"])
+        # each option goes to the studies that take it (latency has fixed shapes, writeback no rounds)
+        accepted = inspect.signature(module.run).parameters
+        kwargs = {name: value for name, value in options.items() if value is not None and name in accepted}
         progress(f"{study}: results go to {out}")
         try:
             module.run(out, **kwargs)

@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import Results, central_mean, kendall_tau, progress, spearman, uninstalled
+from .common import Results, central_mean, kendall_tau, progress, run_under, spearman
 
 LAYERS = [(4096, 4096), (28672, 4096)]
 ROUNDS = 2
@@ -29,20 +29,18 @@ TIMERS = ["do_bench stock", "do_bench write-read", "do_bench read", "ground trut
 CUBLAS = "cuBLAS BF16"
 
 
-def run(out: Path, layers: list[tuple[int, int]] | None = None, rounds: int = ROUNDS) -> Path:
+def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = ROUNDS) -> Path:
     import torch
     import triton.testing
 
-    import cleanflush
     from cleanflush import _measure
 
     from . import int8_gemv
 
-    layers = layers or LAYERS
     device = torch.device("cuda", torch.cuda.current_device())
     results = Results(out, "autotune")
     summary: dict[str, Any] = {}
-    for n, k in layers:
+    for n, k in shapes or LAYERS:
         layer = int8_gemv.Layer(n, k, device)
         progress(f"autotune: {n}x{k}, checking {len(int8_gemv.configs())} configs against a float64 reference")
         configs, rejected = [], {}
@@ -66,9 +64,9 @@ def run(out: Path, layers: list[tuple[int, int]] | None = None, rounds: int = RO
             return central_mean(triton.testing.do_bench(fn, return_mode="all"))
 
         timers: dict[str, Callable[[Callable[[], Any], Callable[[], float]], float]] = {
-            "do_bench stock": lambda fn, truth: _stock(do_bench, fn),
-            "do_bench write-read": lambda fn, truth: _policy(cleanflush, "write-read", do_bench, fn),
-            "do_bench read": lambda fn, truth: _policy(cleanflush, "read", do_bench, fn),
+            "do_bench stock": lambda fn, truth: run_under("stock", lambda: do_bench(fn)),
+            "do_bench write-read": lambda fn, truth: run_under("write-read", lambda: do_bench(fn)),
+            "do_bench read": lambda fn, truth: run_under("read", lambda: do_bench(fn)),
             "ground truth (rotating graph)": lambda fn, truth: truth(),
         }
         _measure.warm_up(gemm, 1.5)
@@ -87,16 +85,6 @@ def run(out: Path, layers: list[tuple[int, int]] | None = None, rounds: int = RO
                      f"+{s['regret_pct']:.1f}%)  beat cuBLAS {s['beat_cublas']:2d}  "
                      f"spearman {s['spearman']:.3f}  kendall {s['kendall']:.3f}")
     return results.write(rounds=rounds, timers=TIMERS, summary=summary)
-
-
-def _stock(measure: Callable[[Callable[[], Any]], float], fn: Callable[[], Any]) -> float:
-    with uninstalled():
-        return measure(fn)
-
-
-def _policy(cleanflush: Any, policy: str, measure: Callable[[Callable[[], Any]], float], fn: Callable[[], Any]) -> float:
-    with cleanflush.policy(policy):
-        return measure(fn)
 
 
 def decide(rows: list[dict[str, Any]]) -> dict[str, Any]:

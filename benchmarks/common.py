@@ -13,10 +13,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from cleanflush._stats import central_mean, quartiles  # noqa: F401  (the studies take them from here)
 
+T = TypeVar("T")
 MiB = 1 << 20
 RESULTS = Path(__file__).parent / "results"
 
@@ -93,6 +94,20 @@ def timed_loop(flush: Callable[[], Any], fn: Callable[[], Any], iters: int,
         end.record()
     torch.cuda.synchronize()
     return [start.elapsed_time(end) * 1e3 for start, end in pairs]
+
+
+def flush_time_us(flush: Callable[[], Any], count: int) -> float:
+    """GPU time of one flush, from ``count`` of them back to back between two events."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(count):
+        flush()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / count * 1e3
 
 
 def spin_cycles_per_us() -> float:
@@ -288,3 +303,16 @@ def uninstalled() -> Iterator[None]:
         yield
     finally:
         cleanflush.install()
+
+
+def flushing(name: str) -> contextlib.AbstractContextManager[Any]:
+    """The flush a block runs under: ``"stock"`` (cleanflush uninstalled) or a policy."""
+    import cleanflush
+
+    return uninstalled() if name == "stock" else cleanflush.policy(name)
+
+
+def run_under(name: str, measure: Callable[[], T]) -> T:
+    """``measure()`` under the flush ``name`` (see ``flushing``)."""
+    with flushing(name):
+        return measure()

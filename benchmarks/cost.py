@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import ClockLog, Results, central_mean, progress, quartiles, spin_cycles_per_us, timed_loop, uninstalled
+from .common import (ClockLog, Results, central_mean, flush_time_us, flushing, progress, quartiles,
+                     spin_cycles_per_us, timed_loop)
 
 SHAPES = [(4096, 4096), (28672, 4096)]
 ROUNDS = 10
@@ -41,7 +42,6 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
     import triton
     import triton.testing
 
-    import cleanflush
     from cleanflush import _measure
 
     shapes = shapes or SHAPES
@@ -49,29 +49,20 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
     histograms: dict[str, list[dict[str, int]]] = collections.defaultdict(list)
     driver = triton.runtime.driver.active
 
-    def under(flush: str) -> Any:
-        return uninstalled() if flush == "stock" else cleanflush.policy(flush)
-
     with ClockLog() as clocks:
         for n, k in shapes:
             fn, _, _ = _measure.one_row_gemm(n, k)
             cache = driver.get_empty_cache_for_benchmark()
             _measure.warm_up(fn, 1.5)
             for flush in FLUSHES:  # first launches load the flush kernels: keep them out
-                with under(flush):
+                with flushing(flush):
                     driver.clear_cache(cache)
             torch.cuda.synchronize()
             progress(f"cost: {n}x{k}, {rounds} rounds x {len(FLUSHES)} flushes")
             for r in range(rounds):
                 for flush in FLUSHES:
-                    with under(flush):
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        for _ in range(50):
-                            driver.clear_cache(cache)
-                        end.record()
-                        torch.cuda.synchronize()
-                        flush_us = start.elapsed_time(end) / 50 * 1e3
+                    with flushing(flush):
+                        flush_us = flush_time_us(lambda cache=cache: driver.clear_cache(cache), 50)
 
                         t0 = time.perf_counter()
                         samples = triton.testing.do_bench(fn, return_mode="all")

@@ -18,10 +18,9 @@ import time
 import torch
 import triton
 
-import cleanflush
 from cleanflush import _measure
 
-from benchmarks.common import central_mean, spin_cycles_per_us, uninstalled
+from benchmarks.common import central_mean, flushing, spin_cycles_per_us
 
 
 def loop(flush, fn, iters, host_wait_us=0.0, gpu_pad_cycles=0):
@@ -56,8 +55,7 @@ def main(rounds=6, iters=300):
         for r in range(rounds):
             for policy in ("stock", "read", "write-read"):
                 for mode, kw in (("as is", {}), ("host-bound", {"host_wait_us": 150}), ("GPU-bound", {"gpu_pad_cycles": pad})):
-                    ctx = uninstalled() if policy == "stock" else cleanflush.policy(policy)
-                    with ctx:
+                    with flushing(policy):
                         rows.setdefault((policy, mode), []).append(loop(lambda: driver.clear_cache(cache), fn, iters, **kw))
         for (policy, mode), xs in rows.items():
             means = [x[0] for x in xs]

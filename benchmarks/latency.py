@@ -14,11 +14,13 @@ flush followed by a host synchronize (the GPU idles while the host enqueues).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import Results, central_mean, progress, quartiles, spin_cycles_per_us, timed_loop, uninstalled
+from .common import (Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us,
+                     timed_loop)
 
 ROUNDS = 3
 ITERS = 300
@@ -54,9 +56,8 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
         torch.cuda.synchronize()
 
     # name -> (context the loop runs in, flush); the stock rows run with cleanflush uninstalled
-    flushes: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {"stock": (uninstalled, clear_cache)}
-    for policy in cleanflush.POLICIES:
-        flushes[policy] = (lambda policy=policy: cleanflush.policy(policy), clear_cache)
+    flushes: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
+        name: (functools.partial(flushing, name), clear_cache) for name in ("stock", *cleanflush.POLICIES)}
     flushes["control: read 2 x L2 only"] = (contextlib.nullcontext, lambda: _flush.read(device, 2 * l2))
     flushes["control: stock, then synchronize"] = (contextlib.nullcontext, stock_then_sync)
 
@@ -76,7 +77,7 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
         for kname, fn in kernels.items():
             for fname, (context, flush) in flushes.items():
                 with context():
-                    flush_us = _time_flush(torch, flush)
+                    flush_us = flush_time_us(flush, 20)  # the sync control's syncs count: they are its cost
                     host_us = _host_iteration(torch, flush, fn)
                     plain = _loop(flush, fn, None)
                     busy = _loop(flush, fn, busy_cycles)
@@ -94,19 +95,6 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
             progress(f"  {key:70s} flush {s['flush_us']:6.1f}  host/iter {s['host_iteration_us']:5.1f}  "
                      f"timed {s['timed_us']:6.2f}  busy {s['timed_busy_us']:6.2f}  leak {s['leak_us']:+.2f} (max {s['leak_us_max']:+.2f})")
     return results.write(rounds=rounds, iters=ITERS, busy_us=BUSY_US, busy_cycles=busy_cycles, summary=summary)
-
-
-def _time_flush(torch: Any, flush: Callable[[], None], count: int = 20) -> float:
-    """GPU time of one flush (us), from ``count`` back to back.  The sync control's syncs
-    run inside the span too, which is what that control costs."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(count):
-        flush()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / count * 1e3
 
 
 def _host_iteration(torch: Any, flush: Callable[[], None], fn: Callable[[], Any], count: int = 8) -> float:

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import LLAMA_SHAPES, Results, progress, quartiles, uninstalled
+from .common import LLAMA_SHAPES, Results, progress, quartiles, run_under
 
 PROCESSES = 5
 ROUNDS = 2
@@ -46,10 +46,6 @@ def worker(shapes: list[tuple[int, int]], rounds: int) -> None:
     device = torch.device("cuda", torch.cuda.current_device())
     inductor = benchmarking.InductorBenchmarker()
 
-    def stock(measure: Callable[[], float]) -> float:
-        with uninstalled():
-            return measure()
-
     first = True
     for n, k in shapes:
         fn, _, _ = _measure.one_row_gemm(n, k, device=device)
@@ -57,25 +53,20 @@ def worker(shapes: list[tuple[int, int]], rounds: int) -> None:
         first = False
         do_bench = lambda: _measure.central_mean(triton.testing.do_bench(fn, return_mode="all"))  # noqa: E731
         measures: dict[str, Callable[[], float]] = {
-            "do_bench stock": lambda: stock(do_bench),
-            "Inductor stock": lambda: stock(lambda: inductor.benchmark_gpu(fn)),
+            "do_bench stock": lambda: run_under("stock", do_bench),
+            "Inductor stock": lambda: run_under("stock", lambda: inductor.benchmark_gpu(fn)),
             "Inductor cleanflush": lambda: inductor.benchmark_gpu(fn),
             "read-flush event loop": lambda: _measure.central_mean(_measure.read_flush_event_loop(fn, 300, device)),
             "rotating-weight graph": lambda: _measure.median(_measure.rotating_weight_graph(n, k, device=device, replays=10)),
             "do_bench_cudagraph": lambda: triton.testing.do_bench_cudagraph(fn, return_mode="median"),
         }
         for policy in cleanflush.POLICIES:
-            measures[f"do_bench {policy}"] = lambda policy=policy: _in_policy(cleanflush, policy, do_bench)
+            measures[f"do_bench {policy}"] = lambda policy=policy: run_under(policy, do_bench)
         for r in range(rounds):
             for method in METHODS:
                 us = measures[method]() * 1e3
                 print(json.dumps({"shape": f"{n}x{k}", "n": n, "k": k, "round": r, "method": method, "us": us}), flush=True)
         torch.cuda.empty_cache()
-
-
-def _in_policy(cleanflush: Any, policy: str, measure: Callable[[], float]) -> float:
-    with cleanflush.policy(policy):
-        return measure()
 
 
 def run(out: Path, shapes: list[tuple[int, int]] | None = None, processes: int = PROCESSES,

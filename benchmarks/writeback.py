@@ -79,9 +79,11 @@ def split_cases(kernels: list[tuple[str, dict[str, float]]], labels: list[str], 
     return cases
 
 
-def run(out: Path, n: int = 4096, k: int = 4096) -> Path:
+def run(out: Path, shapes: list[tuple[int, int]] | None = None) -> Path:
+    """Study 1 for the first of ``shapes`` (default: 4096 x 4096)."""
     from cleanflush import _measure
 
+    n, k = (shapes or [(4096, 4096)])[0]
     labels = [f"zero_ {x} MiB" for x in SIZES_MIB] + ["zero_ 256 MiB + cleanflush read (write-read)",
                                                      "cleanflush read 256 MiB (read)"]
     progress(f"writeback: {len(labels)} flushes x {REPS} GEMMs under Nsight Compute (about a minute)")
@@ -95,7 +97,7 @@ def run(out: Path, n: int = 4096, k: int = 4096) -> Path:
         def total(call: list[dict[str, float]], metric: str) -> float:
             return sum(kv[metric] for kv in call)
         results.add(
-            flush=label, zero_mib=x if label.startswith("zero_") or "write-read" in label else 0,
+            flush=label, zero_mib=x,
             gemm_write_mb=statistics.median(total(c, METRICS[0]) for c in calls) / 1e6,
             gemm_read_mb=statistics.median(total(c, METRICS[1]) for c in calls) / 1e6,
             gemm_us=statistics.median(total(c, METRICS[2]) for c in calls),
