@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import cleanflush
-from cleanflush import _policy
+from cleanflush import _flush, _policy, _state
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -28,8 +28,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def fresh_install():
-    """Every test starts as right after `import cleanflush`: installed, default policy."""
+    """Every test starts as right after `import cleanflush`: installed, default policy,
+    no counts, no warnings given yet, no read buffer."""
     cleanflush.uninstall()
+    _state.reset_for_tests()
+    _flush.release()
     _policy.set_default(cleanflush.DEFAULT_POLICY)
     cleanflush.install()
     yield

@@ -23,7 +23,7 @@ def probe(env, prefix=""):
 
 def test_cleanflush_imported_first():
     out, _ = probe({}, "import cleanflush\n")
-    assert out == ["FunctionWrapper", "read"]
+    assert out == ["FunctionWrapper", "write-read"]
 
 
 def test_triton_imported_first():
@@ -45,7 +45,7 @@ def test_no_import_and_no_variable_leaves_triton_stock():
     assert out[0] == "function"
 
 
-@pytest.mark.parametrize("value, policy", [("1", "read"), ("on", "read"), ("write-read", "write-read"), ("write", "write")])
+@pytest.mark.parametrize("value, policy", [("1", "write-read"), ("on", "write-read"), ("read", "read"), ("write-read", "write-read"), ("write", "write")])
 def test_variable_alone_patches_without_import(value, policy):
     out, _ = probe({"CLEANFLUSH": value})
     assert out == ["FunctionWrapper", policy]

@@ -20,7 +20,7 @@ def _run(args, env):
 def test_status_table_lists_patched_triton_targets():
     out = _run(["status"], None)
     assert out.returncode == 0, out.stderr
-    assert "installed (import), policy read" in out.stdout
+    assert "installed (import), policy write-read" in out.stdout
     assert "triton.backends.nvidia.driver.CudaDriver.clear_cache" in out.stdout
     row = next(line for line in out.stdout.splitlines() if "CudaDriver.clear_cache" in line)
     assert " yes " in row

@@ -6,11 +6,12 @@ from cleanflush import _env
 @pytest.mark.parametrize(
     "value, policy",
     [
-        (None, "read"),
-        ("", "read"),
-        ("1", "read"),
-        ("on", "read"),
-        (" ON ", "read"),
+        (None, "write-read"),
+        ("", "write-read"),
+        ("1", "write-read"),
+        ("on", "write-read"),
+        (" ON ", "write-read"),
+        (" Read ", "read"),
         ("0", None),
         ("off", None),
         ("write-read", "write-read"),

@@ -38,7 +38,8 @@ def test_write_read_is_the_stock_write_then_a_float32_read():
 
 def test_read_policy_reads_only():
     cache = torch.full((1024,), 7, dtype=torch.int32)
-    rec = run_flush(cache)  # the default policy
+    with cleanflush.policy("read"):
+        rec = run_flush(cache)
     assert rec.names == ["sum"]
     assert_clean_read(rec.ops[0], cache, 0)
     assert int(cache.sum()) == 7 * 1024  # the cache is never written
@@ -89,6 +90,6 @@ def test_failed_read_falls_back_to_the_stock_write(monkeypatch):
 
     monkeypatch.setattr(_flush, "read", broken)
     cache = torch.full((16,), 3, dtype=torch.int32)
-    with cleanflush.policy("read"), pytest.warns(RuntimeWarning, match="falls back to the stock write"):
+    with cleanflush.policy("read"), pytest.warns(RuntimeWarning, match="fall back to the stock write"):
         _flush.flush(cache, cache.zero_, "fallback-test")
     assert int(cache.sum()) == 0

@@ -168,7 +168,7 @@ def test_torch_imported_before_cleanflush():
 
 def test_cleanflush_imported_before_torch():
     child = run_python("import cleanflush\n" + PROBE)
-    assert child.stdout.split() == ["FunctionWrapper", "read"], child.stderr
+    assert child.stdout.split() == ["FunctionWrapper", "write-read"], child.stderr
 
 
 def test_autotune_subprocess_environment_carries_the_policy():

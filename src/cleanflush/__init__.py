@@ -1,9 +1,10 @@
 """cleanflush: make GPU kernel benchmarks start from a cold *and clean* L2.
 
 Importing this package installs its patches (unless ``CLEANFLUSH=0``): every benchmarker
-it knows then flushes L2 with its stock write followed by a read of a separate region of
-at least 2 x L2, so dirty lines are written back before the timer starts instead of
-during the timed kernel.  Neither torch nor triton is imported here: targets are patched
+it knows then flushes L2 with its stock write followed by a float32 read of a separate
+region of at least 2 x L2 (the ``write-read`` policy), so dirty lines are written back
+before the timer starts instead of during the timed kernel.  ``cleanflush.policy("read")``
+selects a read-only flush for a block, ``policy("write")`` the stock one.  Neither torch nor triton is imported here: targets are patched
 when they are imported, or at once if they already are.
 """
 
@@ -16,10 +17,10 @@ from typing import Any
 
 import wrapt
 
-from . import _env, _policy
-from ._env import DEFAULT_POLICY, ENV_VAR, POLICIES
-from ._policy import current_policy, policy
-from ._state import LOCK, REPORT_VAR, STATE, TargetStatus, warn_once, write_report
+from . import _env, _flush, _policy
+from ._env import DISABLE_VAR, ENV_VAR
+from ._policy import DEFAULT_POLICY, POLICIES, current_policy, policy
+from ._state import LOCK, REPORT_VAR, STATE, TargetStatus, record, warn_once, write_report
 from .patches import TARGETS
 
 __all__ = [
@@ -36,31 +37,47 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_hooks_registered = False
+
+def _disabled() -> frozenset[str]:
+    try:
+        return _env.disabled_from_environ()
+    except ValueError as exc:
+        warn_once("disable-var", f"{exc}; no target is disabled")
+        return frozenset()
 
 
-def _on_import(target: Any) -> Any:
-    def hook(module: Any) -> None:
-        # An exception here would break the user's `import triton`: warn and stay stock.
-        if not STATE.installed:
-            return
+def _apply(target: Any) -> None:
+    """Patch one target now; on any failure undo it, say why in status, keep it stock."""
+    if not STATE.installed:
+        return
+    if target.NAME in _disabled():
+        record(TargetStatus(f"{target.NAME}: every target", target.PACKAGE, None, False,
+                            f"disabled by {DISABLE_VAR}; stock flush kept"))
+        return
+    try:
+        target.apply()
+    except Exception as exc:
+        # An exception here would break the user's `import triton`: undo, warn, stay stock.
         try:
-            target.apply()
-        except Exception as exc:
-            warn_once(f"apply:{target.__name__}", f"could not patch {target.PACKAGE} ({exc!r}); "
-                      "its stock flush is kept")
+            target.revert()
+        except Exception:
+            pass
+        reason = f"could not patch {target.PACKAGE} ({exc!r}); its stock flush is kept"
+        record(TargetStatus(f"{target.NAME} (patch failed)", target.PACKAGE, None, False, reason))
+        warn_once(f"apply:{target.__name__}", reason)
 
-    return hook
 
-
-def install(policy: str | None = None, *, source: str = "install()") -> None:
+def install(policy: str | None = None) -> None:
     """Patch every known benchmarker (now, or when it is imported).  Idempotent.
 
-    ``policy`` sets the process default (``read`` unless ``CLEANFLUSH`` names
+    ``policy`` sets the process default (``write-read`` unless ``CLEANFLUSH`` names
     another).  ``CLEANFLUSH`` is set in ``os.environ`` so that child processes, such as
     Inductor's autotuning workers, autoload cleanflush with the same policy.
     """
-    global _hooks_registered
+    _install(policy, "install()")
+
+
+def _install(policy: str | None, source: str) -> None:
     if policy is not None:
         _policy.set_default(policy)
     with LOCK:
@@ -68,33 +85,32 @@ def install(policy: str | None = None, *, source: str = "install()") -> None:
             STATE.installed = True
             STATE.source = source
             STATE.env_before_install = os.environ.get(ENV_VAR)
-        os.environ[ENV_VAR] = _policy.default()
-        first_install, _hooks_registered = not _hooks_registered, True
+        _policy.export(True, _policy.default())
+        first_install, STATE.hooks_registered = not STATE.hooks_registered, True
     # Hooks run outside our lock: they may fire inside another thread's import.
     if first_install:
         if os.environ.get(REPORT_VAR):
             atexit.register(write_report, os.environ[REPORT_VAR])
         for target in TARGETS:
             for module in target.HOOKS:
-                wrapt.register_post_import_hook(_on_import(target), module)  # fires now if imported
+                # wrapt fires the hook at once if the module is already imported
+                wrapt.register_post_import_hook(lambda _module, target=target: _apply(target), module)
         return
     for target in TARGETS:
         if any(module in sys.modules for module in target.HOOKS):
-            _on_import(target)(None)
+            _apply(target)
 
 
 def uninstall() -> None:
-    """Restore every patched object exactly as it was.  Idempotent."""
+    """Restore every patched object exactly as it was, and free the read buffers.  Idempotent."""
     with LOCK:
         if not STATE.installed:
             return
         STATE.installed = False
         for target in TARGETS:
             target.revert()
-        if STATE.env_before_install is None:
-            os.environ.pop(ENV_VAR, None)
-        else:
-            os.environ[ENV_VAR] = STATE.env_before_install
+        _policy.export(False, STATE.env_before_install)
+    _flush.release()
 
 
 def is_installed() -> bool:
@@ -103,11 +119,15 @@ def is_installed() -> bool:
 
 def status() -> list[TargetStatus]:
     """One row per target: installed version, patched or not, and why."""
-    return [row for target in TARGETS for row in target.status()]
+    rows = [row for target in TARGETS for row in target.status()]
+    for device, reason in sorted(STATE.read_unavailable.items()):
+        rows.append(TargetStatus(f"read buffer on {device}", "cleanflush", __version__, False,
+                                 f"{reason}: every flush on {device} runs the stock write"))
+    return rows
 
 
 def flush_counts() -> dict[tuple[str, str], int]:
-    """How many flushes ran through cleanflush, by (target, policy)."""
+    """How many flushes ran through cleanflush, by (target, policy that actually ran)."""
     return dict(STATE.flushes)
 
 
@@ -119,7 +139,7 @@ def _install_from_environ() -> None:
         return
     if chosen is not None:
         autoloaded = getattr(sys.modules.get("_cleanflush_boot"), "booted", False)
-        install(chosen, source="autoload" if autoloaded else "import")
+        _install(chosen, "autoload" if autoloaded else "import")
 
 
 _install_from_environ()

@@ -1,12 +1,13 @@
-"""The ``CLEANFLUSH`` environment variable: one parser, used by import and autoload alike."""
+"""The environment variables: one parser each, used by import and autoload alike."""
 
 from __future__ import annotations
 
 import os
 
-ENV_VAR = "CLEANFLUSH"
-POLICIES = ("write-read", "read", "write")
-DEFAULT_POLICY = "read"  # measured: benchmarks/results/h200/README.md, "The default policy"
+from ._policy import DEFAULT_POLICY, ENV_VAR, POLICIES
+
+DISABLE_VAR = "CLEANFLUSH_DISABLE"
+TARGET_NAMES = ("triton", "inductor")
 
 _OFF = ("0", "off")
 _ON = ("1", "on")
@@ -17,6 +18,7 @@ def parse(value: str | None) -> str | None:
     """Return the policy a ``CLEANFLUSH`` value asks for, or ``None`` for "off".
 
     Unset or empty means the default policy (``import cleanflush`` is the switch then).
+    Case and surrounding spaces do not matter, as in ``cleanflush.policy()``.
     Raises ``ValueError`` naming the valid values for anything else.
     """
     text = (value or "").strip().lower()
@@ -31,3 +33,20 @@ def parse(value: str | None) -> str | None:
 
 def from_environ() -> str | None:
     return parse(os.environ.get(ENV_VAR))
+
+
+def parse_disabled(value: str | None) -> frozenset[str]:
+    """The targets a ``CLEANFLUSH_DISABLE`` value (comma-separated names) switches off.
+
+    Raises ``ValueError`` naming the valid names for an unknown one.
+    """
+    names = {part.strip().lower() for part in (value or "").split(",") if part.strip()}
+    unknown = sorted(names - set(TARGET_NAMES))
+    if unknown:
+        raise ValueError(f"{DISABLE_VAR}={value!r} names unknown targets {', '.join(unknown)}; "
+                         f"valid targets: {', '.join(TARGET_NAMES)}")
+    return frozenset(names)
+
+
+def disabled_from_environ() -> frozenset[str]:
+    return parse_disabled(os.environ.get(DISABLE_VAR))

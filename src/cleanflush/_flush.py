@@ -15,15 +15,18 @@ Rules the code below keeps (measured on an H200, see README):
 * Capture-safe: one allocation per device, made before any capture where we can (see
   ``prepare``); each flush is two views and one reduction into a preallocated scalar.
   No host sync, no host read.
+* Never breaks a benchmark: on any surprise the stock write runs, a warning is given once,
+  and the flush is counted as the write it was.
 * Works on CPU tensors as well, so CI can check the exact sequence of tensor operations.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._policy import current_policy
-from ._state import count_flush, warn_once
+from ._state import LOCK, STATE, count_flush, warn_once
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +36,11 @@ STOCK_FLUSH_BYTES = 256 * MiB  # Triton's zero_ buffer: the GPU-busy time a flus
 
 # device -> (float32 read buffer, float32 scalar sink, L2 bytes or 0 when unknown)
 _buffers: dict[Any, tuple[torch.Tensor, torch.Tensor, int]] = {}
+_prepare_lock = threading.Lock()
+
+
+class ReadUnavailable(RuntimeError):
+    """The read buffer for a device could not be prepared (said once, not retried)."""
 
 
 def l2_bytes(device: torch.device) -> int:
@@ -49,60 +57,98 @@ def read_bytes(l2: int, written: int) -> int:
     return max(2 * l2, STOCK_FLUSH_BYTES - written)
 
 
+def buffer_bytes(l2: int) -> int:
+    """Size of the read buffer: enough for every read ``read_bytes`` can ask for."""
+    return read_bytes(l2, 0)
+
+
 def prepare(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Allocate (once) the read buffer for ``device``; call it outside graph capture."""
+    """Allocate (once per device, also under threads) the read buffer; call it outside
+    graph capture.  A device whose buffer failed raises ReadUnavailable from then on."""
     entry = _buffers.get(device)
-    if entry is None:
+    if entry is not None:
+        return entry
+    with _prepare_lock:
+        entry = _buffers.get(device)
+        if entry is not None:
+            return entry
+        if str(device) in STATE.read_unavailable:
+            raise ReadUnavailable(STATE.read_unavailable[str(device)])
         import torch
 
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("the read buffer cannot be allocated during CUDA graph capture")
-        l2 = l2_bytes(device)
-        size = max(2 * l2, STOCK_FLUSH_BYTES) // 4
-        entry = (
-            torch.zeros(size, dtype=torch.float32, device=device),
-            torch.zeros((), dtype=torch.float32, device=device),
-            l2,
-        )
+        try:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                # not recorded: the next flush outside capture may still allocate it
+                raise ReadUnavailable("the read buffer cannot be allocated during CUDA graph capture")
+            l2 = l2_bytes(device)
+            entry = (
+                torch.zeros(buffer_bytes(l2) // 4, dtype=torch.float32, device=device),
+                torch.zeros((), dtype=torch.float32, device=device),
+                l2,
+            )
+        except ReadUnavailable:
+            raise
+        except Exception as exc:
+            with LOCK:
+                STATE.read_unavailable[str(device)] = f"the read buffer could not be allocated ({exc})"
+            raise ReadUnavailable(STATE.read_unavailable[str(device)]) from exc
         _buffers[device] = entry
-    return entry
+        return entry
 
 
-def read(device: torch.device, written: int | None = 0) -> None:
-    """Enqueue the clean read on ``device``'s current stream, after ``written`` bytes of
-    stock write (``None``: one L2 of it)."""
+def release() -> None:
+    """Drop the read buffers (uninstall calls this): the memory goes back to the caller."""
+    with _prepare_lock:
+        _buffers.clear()
+
+
+def read(device: torch.device, nbytes: int) -> None:
+    """Enqueue a float32 sum over ``nbytes`` of the read buffer on ``device``'s current stream."""
     import torch
 
-    buffer, sink, l2 = prepare(device)
-    torch.sum(buffer[: read_bytes(l2, l2 if written is None else written) // 4], dim=0, out=sink)
+    buffer, sink, _ = prepare(device)
+    torch.sum(buffer[: nbytes // 4], dim=0, out=sink)
 
 
-def _read_or_warn(device: torch.device, written: int | None, target: str) -> bool:
+def _read_after(device: torch.device, written: int | None, target: str) -> bool:
+    """The clean read after ``written`` bytes of stock write (``None``: one L2 of it);
+    False, with one warning, when it could not run."""
     try:
-        read(device, written)
+        l2 = prepare(device)[2]
+        read(device, read_bytes(l2, l2 if written is None else written))
         return True
     except Exception as exc:
-        warn_once(f"read:{target}", f"the clean read failed in {target} ({exc}); "
-                  "this flush falls back to the stock write")
+        warn_once(f"read:{target}:{device}", f"the clean read could not run in {target} on {device} "
+                  f"({exc}); these flushes fall back to the stock write")
         return False
 
 
-def flush(cache: torch.Tensor, write: Callable[[], Any], target: str) -> None:
-    """Flush L2 before a timed call under the active policy.
+def flush(cache: Any, write: Callable[[], Any], target: str) -> Any:
+    """Flush L2 before a timed call under the active policy; return what ``write`` returns.
 
     ``write`` is the benchmarker's own stock flush (it writes ``cache``); ``target`` names
     the patched site in status and counters.
     """
     policy = current_policy()
-    count_flush(target, policy)
-    written = 0
-    if policy != "read":
-        write()
+    try:
+        device = cache.device
         written = cache.numel() * cache.element_size()
+    except Exception as exc:  # not a tensor: nothing to read next to, run the stock code
+        warn_once(f"cache:{target}", f"{target} flushed an unexpected cache object ({exc!r}); "
+                  "its stock flush is kept")
+        policy = "write"
     if policy == "write":
-        return
-    if not _read_or_warn(cache.device, written, target) and policy == "read":
-        write()  # neither read nor write would leave L2 unflushed: do the stock write
+        result = write()
+        count_flush(target, "write")
+        return result
+    result = write() if policy == "write-read" else None
+    if _read_after(device, written if policy == "write-read" else 0, target):
+        count_flush(target, policy)
+        return result
+    if policy == "read":
+        result = write()  # neither read nor write would leave L2 unflushed: do the stock write
+    count_flush(target, "write")
+    return result
 
 
 def after_write(device: torch.device, written: int | None, target: str) -> None:
@@ -111,7 +157,7 @@ def after_write(device: torch.device, written: int | None, target: str) -> None:
     ``written`` is the size of that write, ``None`` for one L2.  The write cannot be
     skipped, so the ``read`` policy runs as ``write-read`` here and is counted so.
     """
-    policy = current_policy()
-    count_flush(target, "write" if policy == "write" else "write-read")
-    if policy != "write":
-        _read_or_warn(device, written, target)
+    if current_policy() == "write" or not _read_after(device, written, target):
+        count_flush(target, "write")
+    else:
+        count_flush(target, "write-read")

@@ -1,4 +1,9 @@
-"""Everything cleanflush remembers at run time, in one place."""
+"""What cleanflush remembers at run time about targets, flushes and warnings.
+
+The active policy and ``CLEANFLUSH`` belong to ``_policy``; the read buffers to ``_flush``;
+the applied patches to each patch module.  ``reset_for_tests`` clears what tests must not
+carry from one to the next.
+"""
 
 from __future__ import annotations
 
@@ -39,9 +44,14 @@ class _State:
     env_before_install: str | None = None
     # target name -> the row status() reports for it
     targets: dict[str, TargetStatus] = field(default_factory=dict)
-    # (target, policy) -> number of flushes run through our wrappers
+    # (target, policy that ran) -> number of flushes run through our wrappers; a flush
+    # whose read failed counts as the stock write it fell back to
     flushes: Counter[tuple[str, str]] = field(default_factory=Counter)
     warned: set[str] = field(default_factory=set)
+    # device -> why its read buffer could not be prepared (not retried)
+    read_unavailable: dict[str, str] = field(default_factory=dict)
+    # once per process, also across importlib.reload(cleanflush)
+    hooks_registered: bool = False
 
 
 STATE = _State()
@@ -69,22 +79,43 @@ def mark_uninstalled(package: str) -> None:
                 STATE.targets[name] = TargetStatus(row.target, row.package, row.version, False, "uninstalled")
 
 
-def count_flush(target: str, policy: str) -> None:
+def count_flush(target: str, ran: str) -> None:
+    """Count a flush under the policy that actually ran, after it ran."""
     # Counter += is not atomic across threads; a lost count is harmless, a lock per
     # flush is not free, so none is taken here.
-    STATE.flushes[(target, policy)] += 1
+    STATE.flushes[(target, ran)] += 1
 
 
 def warn_once(key: str, message: str) -> None:
-    """Warn the first time ``key`` is seen; benchmarks run in loops and must not spam."""
+    """Warn the first time ``key`` is seen; benchmarks run in loops and must not spam.
+
+    Never raises: under ``-W error`` (or pytest's ``filterwarnings = error``) the warning
+    would become an exception inside the user's benchmark or import, so it goes to stderr
+    instead.
+    """
     with LOCK:
         if key in STATE.warned:
             return
         STATE.warned.add(key)
-    warnings.warn(f"cleanflush: {message}", RuntimeWarning, stacklevel=3)
+    text = f"cleanflush: {message}"
+    try:
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+    except Exception:
+        try:
+            print(f"{text} (RuntimeWarning, shown here because warnings are errors)", file=sys.stderr)
+        except Exception:
+            pass
+
+
+def reset_for_tests() -> None:
+    with LOCK:
+        STATE.flushes.clear()
+        STATE.warned.clear()
+        STATE.read_unavailable.clear()
 
 
 REPORT_VAR = "CLEANFLUSH_REPORT"
+ENV_AT_START = os.environ.get("CLEANFLUSH")
 
 
 def write_report(path: str) -> None:
@@ -100,6 +131,9 @@ def write_report(path: str) -> None:
         "ppid": os.getppid(),
         "argv": sys.argv,
         "source": STATE.source,
+        # what this process was started with and its default: a worker that outlived a
+        # policy block (forkserver, a pool) shows here with the policy it really used
+        "env_at_start": ENV_AT_START,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "flushes": {f"{target} | {policy}": n for (target, policy), n in sorted(STATE.flushes.items())},
         "patched": sorted(row.target for row in STATE.targets.values() if row.patched),

@@ -35,6 +35,7 @@ PACKAGE = "torch"
 BENCHMARKING = "torch._inductor.runtime.benchmarking"
 UTILS = "torch._inductor.utils"
 PROFILER = "torch.autograd.profiler"
+NAME = "inductor"  # as CLEANFLUSH_DISABLE names it
 HOOKS = (BENCHMARKING, UTILS)
 _READ_NOTE = "policy read runs as write-read here: the stock write is inline"
 
@@ -97,6 +98,10 @@ def _get_event_pairs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
     if active is None:
         return pairs
     target, written, device_type = active
+    if not isinstance(pairs, list) or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
+        warn_once(f"pairs:{target}", f"{target}: get_event_pairs returned {type(pairs).__name__}, not a list "
+                  "of (start, end) pairs; its stock flush is kept")
+        return pairs
     device = _device_or_warn(target, kwargs.get("device_type", device_type))
     if device is None:
         return pairs

@@ -21,8 +21,9 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
+from .._state import STATE, TargetStatus, count_flush, mark_uninstalled, not_loaded_row, record, warn_once
 
+NAME = "triton"  # as CLEANFLUSH_DISABLE names it
 HOOKS = ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver")
 PACKAGE = "triton"
 _IMPORTABLE = (
@@ -57,16 +58,22 @@ def driver_classes() -> list[tuple[str, type]]:
     return list(unique.values())
 
 
-def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if len(args) + len(kwargs) != 1 or (kwargs and "cache" not in kwargs):
+        # not the clear_cache(cache) we know: the stock code with the caller's arguments
+        warn_once("triton:call", f"clear_cache called as (args={len(args)}, kwargs={sorted(kwargs)}), "
+                  "not clear_cache(cache); its stock flush is kept")
+        count_flush("triton", "write")
+        return wrapped(*args, **kwargs)
     cache = args[0] if args else kwargs["cache"]
-    _flush.flush(cache, lambda: wrapped(*args, **kwargs), "triton")
+    return _flush.flush(cache, lambda: wrapped(*args, **kwargs), "triton")
 
 
 def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     cache = wrapped(*args, **kwargs)
     try:
         _flush.prepare(cache.device)  # before any CUDA-graph capture of the flush
-    except Exception:  # the flush itself warns and falls back if this mattered
+    except Exception:  # the flush itself warns, falls back and counts the write
         pass
     return cache
 
