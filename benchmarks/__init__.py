@@ -1,3 +1,4 @@
 """cleanflush's benchmark suite: ``python -m benchmarks <study>`` (see __main__.py and
-results/h200/README.md).  The loose scripts beside it (policy_gap.py, placement.py,
-host_cost.py) are the diagnostics behind benchmarks/notes.md."""
+results/h200/README.md).  hostbound.py, beside it, is the duty-cycle diagnostic behind
+README's Limits; the session-1 diagnostics were removed (results/h200/README.md says which
+commit produced each of their result files)."""

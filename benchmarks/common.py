@@ -17,6 +17,13 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from cleanflush._stats import central_mean, quartiles  # noqa: F401  (the studies take them from here)
 
+
+def timed_loop(*args: Any, **kwargs: Any) -> list[float]:
+    """The one timed loop (cleanflush._measure.timed_loop), imported when a study runs."""
+    from cleanflush._measure import timed_loop as loop
+
+    return loop(*args, **kwargs)
+
 T = TypeVar("T")
 MiB = 1 << 20
 RESULTS = Path(__file__).parent / "results"
@@ -75,25 +82,6 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
 
 
 # --------------------------------------------------------------------------- GPU loops
-
-
-def timed_loop(flush: Callable[[], Any], fn: Callable[[], Any], iters: int,
-               between: Callable[[], Any] | None = None) -> list[float]:
-    """do_bench's inner loop: flush, (``between``), start event, call, end event; returns
-    each call's time in us."""
-    import torch
-
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    torch.cuda.synchronize()
-    for start, end in pairs:
-        flush()
-        if between is not None:
-            between()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) * 1e3 for start, end in pairs]
 
 
 def flush_time_us(flush: Callable[[], Any], count: int) -> float:

@@ -56,7 +56,7 @@ def worker(shapes: list[tuple[int, int]], rounds: int) -> None:
             "do_bench stock": lambda: run_under("stock", do_bench),
             "Inductor stock": lambda: run_under("stock", lambda: inductor.benchmark_gpu(fn)),
             "Inductor cleanflush": lambda: inductor.benchmark_gpu(fn),
-            "read-flush event loop": lambda: _measure.central_mean(_measure.read_flush_event_loop(fn, 300, device)),
+            "read-flush event loop": lambda: _measure.central_mean(_measure.read_flush_reference(fn, 300, device)) / 1e3,
             "rotating-weight graph": lambda: _measure.median(_measure.rotating_weight_graph(n, k, device=device, replays=10)),
             "do_bench_cudagraph": lambda: triton.testing.do_bench_cudagraph(fn, return_mode="median"),
         }

@@ -34,12 +34,12 @@ l2 = _flush.l2_bytes(dev)
 probe = torch.zeros(2 * l2 // 4, dtype=torch.float32, device=dev)
 sink = torch.zeros((), device=dev)
 def clean():
-    _flush.read(dev)  # 256 MiB of clean reads: L2 holds no dirty line afterwards
+    _flush.read(dev, 256 * MiB)  # clean reads: L2 holds no dirty line afterwards
 def run(flush, timed):
     clean(); flush(); torch.cuda.nvtx.range_push("timed"); timed(); torch.cuda.nvtx.range_pop()
 cases = [(lambda x=x: zbuf[: x * MiB // 4].zero_()) for x in {sizes}]
-cases.append(lambda: (zbuf.zero_(), _flush.read(dev, zbuf.numel() * 4)))  # write-read
-cases.append(lambda: _flush.read(dev, 0))                                 # read
+cases.append(lambda: (zbuf.zero_(), _flush.read(dev, _flush.read_bytes(l2, zbuf.numel() * 4))))  # write-read
+cases.append(lambda: _flush.read(dev, _flush.read_bytes(l2, 0)))                                 # read
 _measure.warm_up(fn, 1.0)
 torch.cuda.profiler.start()
 for flush in cases:

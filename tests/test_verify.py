@@ -1,131 +1,229 @@
-"""`cleanflush verify` without a GPU: arguments, the exit-2 path, the verdict, the JSON."""
+"""`cleanflush verify` without a GPU: the verdict on recorded measurements (every negative
+control and both clean policies), arguments, exit codes, the JSON record."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from cleanflush import _verify
+from cleanflush._verify import measure as verify_measure
+from cleanflush._verify import verdict
+from cleanflush._verify.controls import CONTROLS
 from cleanflush.__main__ import main
 
 NVIDIA = "triton.backends.nvidia.driver.CudaDriver.clear_cache"
 INDUCTOR = "InductorBenchmarker.benchmark_gpu"
+ROUNDS = 5
+# medians of the H200 runs in benchmarks/results/h200 (us); each round jitters a little
+STOCK, REFERENCE, GRAPH = 18.9, 15.4, 13.0
 
 
-def record(stock=(18.9, 19.0, 18.95), patched=(15.2, 15.4, 15.3), ref=(15.5, 15.6, 15.55),
-           inductor=((17.5, 17.6, 17.4), (14.1, 14.2, 14.15)), ref_min=(14.1, 14.1, 14.2),
-           flushes=None, policy="write-read", others=(), installed=True, targets=None):
-    """A measurement record as `measure` returns it (times in us)."""
-    timings = {
-        "do_bench_stock": list(stock),
-        "do_bench_patched": list(patched),
-        "reference_read_flush": list(ref),
-        "reference_read_flush_min": list(ref_min),
-        "reference_rotating_graph": [13.3, 13.4, 13.35],
-    }
+def jitter(value, spread=0.1):
+    return [value + spread * ((i * 7) % 5 - 2) / 2 for i in range(ROUNDS)]
+
+
+def record(candidates=("write-read",), timed=None, counts=None, policy="write-read", inductor=None,
+           others=(), installed=True, ncu=None, stock=STOCK, targets=None):
+    """A record built by the same function `measure` uses; ``timed`` maps each candidate to
+    its do_bench time (us), ``counts`` to its flush counts."""
+    rec = verdict.new_record(
+        kernel={"op": "F.linear, one input row", "n": 4096, "k": 4096, "dtype": "bfloat16", "device": 0},
+        machine={"gpu": "NVIDIA H200", "l2_bytes": 62914560, "driver": "580.159.04", "sm_clock_mhz_before": 345,
+                 "sm_clock_mhz_after": 1980, "warm_up_s": 1.0, "other_processes": list(others), "probe": "nvml"},
+        software={"torch": "2.11.0", "triton": "3.6.0", "cleanflush": "0.1.0", "python": "3.12.3"},
+        policy=policy, installed=installed, targets=targets if targets is not None else [
+            {"target": NVIDIA, "package": "triton", "version": "3.6.0", "patched": True, "detail": "ok"}],
+        rounds=ROUNDS, candidates=list(candidates))
+    t = rec["timings_us"]
+    t["do_bench"]["stock"] = jitter(stock)
+    t["rotating_graph"] = jitter(GRAPH)
+    timed = timed or {}
+    counts = counts or {}
+    for name in candidates:
+        t["do_bench"][name] = jitter(timed.get(name, 15.9))
+        t["reference"][name] = jitter(REFERENCE)
+        t["reference_min"][name] = jitter(14.1, 0.02)
+        rec["flushes"][name] = counts.get(name, {f"triton | {verdict.claimed_policy(name)}": 5000})
     if inductor:
-        timings["inductor_stock"], timings["inductor_patched"] = map(list, inductor)
-    if flushes is None:
-        flushes = {f"triton | {policy}": 3000, "triton | write": 3000}
-        if inductor:
-            flushes[f"{INDUCTOR} | write-read"] = 400
-    return {
-        "schema": 1,
-        "kernel": {"op": "F.linear, one input row", "n": 4096, "k": 4096, "dtype": "bfloat16", "device": 0},
-        "machine": {"gpu": "NVIDIA H200", "l2_bytes": 62914560, "driver": "580.159.04",
-                    "sm_clock_mhz_before": 345, "sm_clock_mhz_after": 1980, "warm_up_s": 1.0,
-                    "other_processes": list(others), "probe": "nvml"},
-        "software": {"torch": "2.11.0", "triton": "3.6.0", "cleanflush": "0.1.0", "python": "3.12.3"},
-        "policy": policy,
-        "installed": installed,
-        "targets": targets if targets is not None else [
-            {"target": NVIDIA, "package": "triton", "version": "3.6.0", "patched": True, "detail": "ok"},
-            {"target": INDUCTOR, "package": "torch", "version": "2.11.0", "patched": True, "detail": "ok"},
-        ],
-        "rounds": len(stock),
-        "timings_us": timings,
-        "flushes": flushes,
-        "ncu": None,
-    }
+        t["inductor"]["stock"], t["inductor"][candidates[0]] = jitter(inductor[0], 0.05), jitter(inductor[1], 0.05)
+        rec["flushes"][candidates[0]][f"{INDUCTOR} | write-read"] = 400
+    rec["ncu"] = ncu
+    return rec
 
 
-def test_pass_on_the_h200_numbers():
-    verdict = _verify.judge(record())
-    assert verdict["result"] == "PASS" and verdict["exit_code"] == 0
-    assert any("stock flush added" in r for r in verdict["reasons"])
+def test_write_read_passes_on_the_h200_numbers():
+    v = verdict.judge(record(inductor=(17.5, 14.2)))
+    assert v["result"] == "PASS" and v["exit_code"] == 0, v
+    assert any("removed" in r and "stock penalty" in r for r in v["reasons"])
+    assert any("Inductor" in r for r in v["reasons"])
+    assert v["margin"] > 0
+
+
+def test_read_passes_too():
+    v = verdict.judge(record(candidates=("read",), policy="read", timed={"read": 15.3}))
+    assert v["result"] == "PASS", v
+
+
+# What each negative control leaves on the record, as the H200 shows it (see the closing
+# notes): the timing of a flush that does not clean, and what the counters say of it.
+CONTROL_RECORDS = {
+    "control: stock write": ({"control: stock write": 18.8}, {"control: stock write": {"triton | write": 5000}}),
+    "control: read of the zeroed tail": ({"control: read of the zeroed tail": 18.6}, {}),
+    "control: read of half the L2": ({"control: read of half the L2": 17.6}, {}),
+    "control: read that falls back": ({"control: read that falls back": 18.9},
+                                      {"control: read that falls back": {"triton | write": 5000}}),
+}
+
+
+@pytest.mark.parametrize("control", CONTROLS)
+def test_every_negative_control_fails(control):
+    timed, counts = CONTROL_RECORDS[control]
+    v = verdict.judge_candidate(record(candidates=(control,), timed=timed, counts=counts), control)
+    assert v["result"] == "FAIL", v
+    assert any(r.startswith("FAIL") for r in v["reasons"])
+
+
+def test_a_read_that_fell_back_fails_on_the_counters_alone():
+    # even with a timing that looks clean, the stock write ran: FAIL
+    name = "control: read that falls back"
+    rec = record(candidates=(name,), timed={name: 15.4}, counts={name: {"triton | write": 5000}})
+    v = verdict.judge_candidate(rec, name)
+    assert v["result"] == "FAIL"
+    assert any("ran the stock write" in r for r in v["reasons"])
+    rec = record(counts={"write-read": {"triton | write-read": 4000, "triton | write": 1000}})
+    assert verdict.judge(rec)["result"] == "FAIL"  # some of the clean flushes fell back
+
+
+def test_controls_run_counts_wrong_verdicts():
+    names = ("write-read", "read", *CONTROLS)
+    timed = {"write-read": 15.9, "read": 15.3}
+    counts = {}
+    for control in CONTROLS:
+        timed.update(CONTROL_RECORDS[control][0])
+        counts.update(CONTROL_RECORDS[control][1])
+    judged = verdict.judge_controls(record(candidates=names, timed=timed, counts=counts))
+    assert judged["result"] == "PASS" and judged["wrong"] == [], judged
+    # a verifier that passed everything would be caught: the half-L2 read timed as clean
+    timed["control: read of half the L2"] = 15.5
+    judged = verdict.judge_controls(record(candidates=names, timed=timed, counts=counts))
+    assert judged["result"] == "FAIL" and judged["wrong"] == ["control: read of half the L2"]
+    text = _verify.report.format_controls(record(candidates=names, timed=timed, counts=counts), judged)
+    assert "WRONG" in text and "control: read of half the L2" in text
+
+
+def test_ncu_bytes_that_contradict_the_timing_fail():
+    dirty = record(ncu={"stock": 11.0, "write-read": 11.0})
+    v = verdict.judge(dirty)
+    assert v["result"] == "FAIL"
+    assert any("Nsight Compute" in r and "dirty" in r for r in v["reasons"])
+    clean = verdict.judge(record(ncu={"stock": 11.0, "write-read": 0.02}))
+    assert clean["result"] == "PASS"
+
+
+def test_ncu_that_could_not_run_is_said():
+    v = verdict.judge(record(ncu={"error": "ncu failed (1): ERR_NVGPUCTRPERM"}))
+    assert v["result"] == "PASS"
+    assert any("could not run" in r and "ERR_NVGPUCTRPERM" in r for r in v["reasons"])
+
+
+def test_faster_than_the_cold_graph_means_warm_data():
+    v = verdict.judge(record(timed={"write-read": 10.5}))
+    assert v["result"] == "FAIL"
+    assert any("warm" in r for r in v["reasons"])
 
 
 def test_a_shift_shared_by_a_round_and_its_reference_is_not_a_failure():
-    # round 2 ran in the slow state for both numbers; compared unpaired, patched's median
-    # (16.5) would sit 1.6 us above the reference's (14.9)
-    shifted = record(patched=(15.0, 16.5, 16.6), ref=(14.9, 16.4, 14.8))
-    assert _verify.judge(shifted)["result"] == "PASS"
-    biased = record(patched=(16.0, 17.5, 16.6), ref=(14.9, 16.4, 15.4))
-    assert _verify.judge(biased)["result"] == "FAIL"
-
-
-def test_noisy_rounds_widen_the_tolerance():
-    noisy = record(patched=(14.6, 16.6, 15.4), ref=(15.0, 16.0, 15.5))
-    assert _verify.judge(noisy)["result"] == "PASS"
-    tight = record(patched=(16.6, 16.6, 16.6), ref=(15.5, 15.5, 15.5))
-    assert _verify.judge(tight)["result"] == "FAIL"
+    rec = record()
+    t = rec["timings_us"]
+    # round 2 ran 1.5 us slower for every method timed in it
+    for series in (t["do_bench"]["stock"], t["do_bench"]["write-read"], t["reference"]["write-read"]):
+        series[2] += 1.5
+    assert verdict.judge(rec)["result"] == "PASS"
 
 
 def test_no_penalty_gpu_is_said_not_failed():
-    verdict = _verify.judge(record(stock=(15.6, 15.5, 15.6), inductor=None))
-    assert verdict["result"] == "NO-PENALTY" and verdict["exit_code"] == 0
-    assert any("no measurable penalty" in r for r in verdict["reasons"])
+    v = verdict.judge(record(stock=15.5))
+    assert v["result"] == "NO-PENALTY" and v["exit_code"] == 0
+    assert any("no measurable penalty" in r for r in v["reasons"])
 
 
 def test_flush_that_never_ran_fails_naming_the_target_and_why():
     targets = [{"target": NVIDIA, "package": "triton", "version": "3.1.0", "patched": False,
                 "detail": "unsupported: before triton 3.2 ..."}]
-    verdict = _verify.judge(record(flushes={}, inductor=None, targets=targets,
-                                   patched=(18.9, 19.0, 18.95)))
-    assert verdict["result"] == "FAIL" and verdict["exit_code"] == 1
-    assert any("triton: did not take effect" in r and "unsupported" in r for r in verdict["reasons"])
+    v = verdict.judge(record(counts={"write-read": {}}, targets=targets, timed={"write-read": 18.9}))
+    assert v["result"] == "FAIL" and v["exit_code"] == 1
+    assert any("no flush ran" in r for r in v["reasons"])
+    assert any("unsupported" in r for r in v["reasons"])
 
 
 def test_inductor_not_taking_effect_fails():
-    flushes = {"triton | write-read": 3000}
-    verdict = _verify.judge(record(flushes=flushes))
-    assert verdict["result"] == "FAIL"
-    assert any(r.startswith(INDUCTOR) and "never ran" in r for r in verdict["reasons"])
+    rec = record(inductor=(17.5, 14.2))
+    del rec["flushes"]["write-read"][f"{INDUCTOR} | write-read"]
+    v = verdict.judge(rec)
+    assert v["result"] == "FAIL"
+    assert any(INDUCTOR in r and "no flush ran" in r for r in v["reasons"])
+    rec = record(inductor=(17.5, 17.4))  # it ran, but removed nothing
+    assert verdict.judge(rec)["result"] == "FAIL"
 
 
 def test_write_policy_and_uninstalled_fail():
-    assert _verify.judge(record(policy="write"))["result"] == "FAIL"
-    verdict = _verify.judge(record(installed=False))
-    assert verdict["result"] == "FAIL" and "not installed" in verdict["reasons"][0]
+    assert verdict.judge(record(candidates=("write",), policy="write"))["result"] == "FAIL"
+    v = verdict.judge(record(installed=False))
+    assert v["result"] == "FAIL" and "not installed" in v["reasons"][0]
 
 
 def test_other_processes_make_the_result_unreliable():
-    verdict = _verify.judge(record(others=(4242,)))
-    assert any(r.startswith("UNRELIABLE") and "4242" in r for r in verdict["reasons"])
-    data = record(others=(4242,))
-    assert "WARNING: 1 other process" in _verify.format_report(data, verdict)
+    rec = record(others=(4242,))
+    v = verdict.judge(rec)
+    assert any(r.startswith("UNRELIABLE") and "4242" in r for r in v["reasons"])
+    assert "WARNING: 1 other process" in _verify.report.format_report(rec, v)
 
 
 def test_report_is_a_readable_table():
-    data = record()
-    text = _verify.format_report(data, _verify.judge(data))
+    rec = record(inductor=(17.5, 14.2))
+    text = _verify.report.format_report(rec, verdict.judge(rec))
     assert "NVIDIA H200" in text and "SM 345 -> 1980 MHz" in text
     row = next(line for line in text.splitlines() if line.startswith("do_bench, stock flush"))
-    assert "18.95" in row and f"{18.95 / 15.55 - 1:+.1%}" in row
+    assert "18.90" in row and f"{STOCK / REFERENCE - 1:+.1%}" in row
     assert "PASS" in text.splitlines()
 
 
-def test_json_record(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(_verify, "measure", lambda options, progress: record())
+def test_json_record_and_exit_code(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(verify_measure, "measure", lambda options, progress: record())
     path = tmp_path / "verify.json"
-    assert main(["verify", "--json", str(path)]) == 0
+    assert main(["verify", "--json", str(path)]) == _verify.EXIT_PASS
     data = json.loads(path.read_text())
-    assert data["schema"] == 1
-    assert {"kernel", "machine", "software", "policy", "targets", "timings_us", "flushes", "verdict"} <= set(data)
-    assert data["verdict"]["result"] == "PASS"
-    assert all(isinstance(v, list) for v in data["timings_us"].values())
+    assert data["schema"] == verdict.SCHEMA and data["verdict"]["result"] == "PASS"
     assert "PASS" in capsys.readouterr().out
+
+
+def test_bad_json_path_is_refused_before_measuring(tmp_path, monkeypatch, capsys):
+    def never(options, progress):
+        raise AssertionError("measured although the record could not be written")
+
+    monkeypatch.setattr(verify_measure, "measure", never)
+    assert main(["verify", "--json", str(tmp_path / "no" / "such" / "dir.json")]) == _verify.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write --json" in err
+
+
+def test_cannot_run_writes_a_record_with_the_reason(tmp_path, monkeypatch):
+    def cannot(options, progress):
+        raise verify_measure.CannotRun("no CUDA device: torch.cuda.is_available() is False")
+
+    monkeypatch.setattr(verify_measure, "measure", cannot)
+    path = tmp_path / "v.json"
+    assert main(["verify", "--json", str(path)]) == _verify.EXIT_CANNOT_RUN
+    data = json.loads(path.read_text())
+    assert data["result"] == "CANNOT-RUN" and "no CUDA device" in data["reason"]
+
+
+def test_exit_codes_are_distinct():
+    codes = [_verify.EXIT_PASS, _verify.EXIT_FAIL, _verify.EXIT_USAGE, _verify.EXIT_CANNOT_RUN]
+    assert len(set(codes)) == 4 and _verify.EXIT_USAGE == 2  # argparse's usage code
 
 
 @pytest.mark.parametrize("args, message", [
@@ -138,7 +236,7 @@ def test_json_record(tmp_path, monkeypatch, capsys):
 def test_bad_arguments_are_one_line_usage_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["verify", *args])
-    assert exit_.value.code == 2
+    assert exit_.value.code == _verify.EXIT_USAGE
     assert message in capsys.readouterr().err
 
 
@@ -149,13 +247,14 @@ def test_options_reach_the_measurement(monkeypatch):
         seen["options"] = options
         return record()
 
-    monkeypatch.setattr(_verify, "measure", fake)
-    main(["verify", "--shape", "6144,4096", "--dtype", "float16", "--device", "1", "--rounds", "3"])
+    monkeypatch.setattr(verify_measure, "measure", fake)
+    main(["verify", "--shape", "6144,4096", "--dtype", "float16", "--device", "1", "--rounds", "3", "--controls"])
     o = seen["options"]
-    assert (o.n, o.k, o.dtype, o.device, o.rounds, o.ncu) == (6144, 4096, "float16", 1, 3, False)
+    assert (o.n, o.k, o.dtype, o.device, o.rounds, o.ncu, o.controls) == (6144, 4096, "float16", 1, 3, False, True)
+    assert verify_measure.candidates(o) == ["write-read", "read", *CONTROLS]
 
 
-def test_without_a_gpu_exit_2_with_one_line_and_no_traceback():
+def test_without_a_gpu_exit_3_with_one_line_and_no_traceback():
     try:
         import torch
 
@@ -163,9 +262,65 @@ def test_without_a_gpu_exit_2_with_one_line_and_no_traceback():
             pytest.skip("this machine has a GPU")
     except ImportError:
         pass
-    out = subprocess.run([sys.executable, "-m", "cleanflush", "verify"], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2
+    env = {k: v for k, v in os.environ.items() if k != "CLEANFLUSH"}
+    out = subprocess.run([sys.executable, "-m", "cleanflush", "verify"], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == _verify.EXIT_CANNOT_RUN
     assert out.stdout == ""
     lines = [line for line in out.stderr.splitlines() if line.startswith("cleanflush verify")]
     assert lines == ["cleanflush verify: cannot run here: no CUDA device: torch.cuda.is_available() is False"]
     assert "Traceback" not in out.stderr
+
+
+# The controls themselves, through the real patched driver on CPU tensors: each must be
+# broken in the way it claims, or a FAIL verdict on it would prove nothing.
+
+def _clear_cache_under(name, monkeypatch, l2=None):
+    torch = pytest.importorskip("torch")
+    triton = pytest.importorskip("triton")
+    from cleanflush import _flush
+    from cleanflush._verify.controls import flushing
+
+    from .ops import OpRecorder
+
+    if l2 is not None:
+        monkeypatch.setattr(_flush, "l2_bytes", lambda device: l2)
+    driver = object.__new__(triton.backends.backends["nvidia"].driver)
+    cache = torch.full((4096,), 5, dtype=torch.int32)
+    _flush.prepare(cache.device)
+    before = dict(_flush.STATE.flushes)
+    with flushing(name), OpRecorder() as rec:
+        driver.clear_cache(cache)
+    counted = {k: n - before.get(k, 0) for k, n in _flush.STATE.flushes.items() if n != before.get(k, 0)}
+    return cache, rec, counted
+
+
+def test_control_tail_read_rereads_the_lines_just_zeroed(monkeypatch):
+    from .ops import overlaps
+
+    cache, rec, counted = _clear_cache_under("control: read of the zeroed tail", monkeypatch, l2=4096)
+    assert rec.names == ["zero_", "sum"]
+    assert overlaps(rec.ops[1][1][0], cache)  # the dirty lines themselves
+    assert counted == {("triton", "write-read"): 1}  # and it claims to be clean
+
+
+def test_control_half_l2_reads_too_little(monkeypatch):
+    cache, rec, counted = _clear_cache_under("control: read of half the L2", monkeypatch, l2=8192)
+    assert rec.names == ["zero_", "sum"]
+    assert rec.ops[1][1][0].numel() * 4 == 8192 // 2
+    assert counted == {("triton", "write-read"): 1}
+
+
+def test_control_fallback_runs_the_write_and_counts_it(monkeypatch):
+    cache, rec, counted = _clear_cache_under("control: read that falls back", monkeypatch)
+    assert rec.names == ["zero_"]
+    assert counted == {("triton", "write"): 1}
+
+
+def test_the_clean_policies_read_a_separate_region(monkeypatch):
+    from .ops import overlaps
+
+    for name in ("write-read", "read"):
+        cache, rec, counted = _clear_cache_under(name, monkeypatch)
+        assert not overlaps(rec.ops[-1][1][0], cache)
+        assert counted == {("triton", name): 1}

@@ -89,7 +89,8 @@ def _shape(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cleanflush", description=cleanflush.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="cleanflush", description="Make GPU kernel benchmarks start from a cold and clean L2.")
     parser.add_argument("--version", action="version", version=f"cleanflush {cleanflush.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     status = commands.add_parser("status", help="which benchmarkers are patched, and why not (no GPU needed)")
@@ -103,13 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--rounds", type=_positive, default=5, help="interleaved rounds (default 5)")
     verify.add_argument("--ncu", action="store_true",
                         help="also measure the timed GEMM's DRAM write bytes with Nsight Compute")
+    verify.add_argument("--controls", action="store_true",
+                        help="also time deliberately broken flushes, which must be judged FAIL, next to "
+                             "write-read and read, which must PASS: shows that the verdict means something here")
     verify.add_argument("--json", dest="json_path", metavar="PATH", help="write the full record as JSON")
     args = parser.parse_args(argv)
 
     if args.command == "verify":
         n, k = args.shape
         return _verify.run(_verify.Options(n=n, k=k, dtype=args.dtype, device=args.device, rounds=args.rounds,
-                                           ncu=args.ncu, json_path=args.json_path))
+                                           ncu=args.ncu, controls=args.controls, json_path=args.json_path))
 
     if args.command == "status":
         data = collect_status()

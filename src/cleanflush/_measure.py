@@ -1,5 +1,8 @@
-"""Timing references shared by ``cleanflush verify`` and the GPU tests.
+"""GPU timing shared by ``cleanflush verify``, the GPU tests and the benchmarks: the one
+timed loop, the kernel, and the clean references.
 
+The references are plain torch code on buffers of their own: nothing here imports
+``cleanflush._flush``, so a broken flush cannot move the yardstick it is judged by.
 Imported only when measuring: it imports torch.
 """
 
@@ -15,10 +18,10 @@ from typing import Any, Callable
 
 import torch
 
-from . import _flush
 from ._stats import central_mean  # noqa: F401  (verify, the GPU tests and benchmarks call it from here)
 
 MiB = 1 << 20
+REFERENCE_READ_BYTES = 256 * MiB  # the reference read: at least this, and at least 2 x L2
 
 
 def one_row_gemm(n: int = 4096, k: int = 4096, dtype: torch.dtype = torch.bfloat16,
@@ -35,6 +38,10 @@ def _cuda_device(device: torch.device | str) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if device.index is None else device
 
 
+def l2_bytes(device: torch.device | str = "cuda") -> int:
+    return int(torch.cuda.get_device_properties(_cuda_device(device)).L2_cache_size)
+
+
 def warm_up(fn: Callable[[], Any], seconds: float = 1.0) -> None:
     """Run ``fn`` for ``seconds`` so the SM clock leaves its idle state."""
     end = time.perf_counter() + seconds
@@ -44,21 +51,33 @@ def warm_up(fn: Callable[[], Any], seconds: float = 1.0) -> None:
         torch.cuda.synchronize()
 
 
-def read_flush_event_loop(fn: Callable[[], Any], iters: int = 200, device: torch.device | str = "cuda") -> list[float]:
-    """Reference: a clean read flush (no write at all), then start event, call, end event.
-
-    The read covers 256 MiB and at least 2 x L2, so the GPU is busy while the host queues
-    the timed call.  Returns milliseconds per call.
-    """
-    device = _cuda_device(device)
+def timed_loop(flush: Callable[[], Any], fn: Callable[[], Any], iters: int,
+               between: Callable[[], Any] | None = None) -> list[float]:
+    """do_bench's inner loop: flush, (``between``), start event, call, end event; returns
+    each call's time in us."""
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    torch.cuda.synchronize()
     for start, end in pairs:
-        _flush.read(device)
+        flush()
+        if between is not None:
+            between()
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in pairs]
+    return [start.elapsed_time(end) * 1e3 for start, end in pairs]
+
+
+@functools.lru_cache(maxsize=None)
+def _reference_buffer(device: torch.device) -> torch.Tensor:
+    return torch.ones(max(2 * l2_bytes(device), REFERENCE_READ_BYTES) // 4, dtype=torch.float32, device=device)
+
+
+def read_flush_reference(fn: Callable[[], Any], iters: int = 200, device: torch.device | str = "cuda") -> list[float]:
+    """Reference: a plain float32 ``sum()`` of a buffer of its own (256 MiB, at least
+    2 x L2; no write at all), then start event, call, end event.  Returns us per call."""
+    buffer = _reference_buffer(_cuda_device(device))
+    return timed_loop(buffer.sum, fn, iters)
 
 
 def graph_per_call(calls: list[Callable[[], Any]], replays: int = 20) -> list[float]:
@@ -86,7 +105,7 @@ def graph_per_call(calls: list[Callable[[], Any]], replays: int = 20) -> list[fl
 
 def rotating_copies(weight_bytes: int, device: torch.device | str = "cuda", min_bytes_factor: int = 5) -> int:
     """How many weight copies a rotating graph needs to read more than ``min_bytes_factor`` x L2."""
-    return max(2, -(-min_bytes_factor * _flush.l2_bytes(_cuda_device(device)) // weight_bytes))
+    return max(2, -(-min_bytes_factor * l2_bytes(device) // weight_bytes))
 
 
 def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
@@ -153,20 +172,22 @@ def ncu_write_bytes(script: str, timeout: float = 600) -> list[tuple[str, float]
     return [(name, values[NCU_METRIC]) for name, values in ncu_metrics(script, (NCU_METRIC,), timeout)]
 
 
-def ncu_script(n: int, k: int, dtype: str, device: int, calls: int) -> str:
-    """A program that runs ``calls`` timed GEMMs after the stock flush, then ``calls`` after
-    the cleanflush flush, each GEMM inside an NVTX range ``timed``."""
+def ncu_script(n: int, k: int, dtype: str, device: int, calls: int, flushes: tuple[str, ...]) -> str:
+    """A program that runs ``calls`` timed GEMMs after each flush in ``flushes`` (names that
+    ``cleanflush._verify.controls.flushing`` knows: ``stock``, a policy, or a control), each
+    GEMM inside an NVTX range ``timed``."""
     return f"""
 import torch, triton, cleanflush
 from cleanflush import _measure
+from cleanflush._verify.controls import flushing
 torch.cuda.set_device({device})
 fn, _, _ = _measure.one_row_gemm({n}, {k}, torch.{dtype})
 driver = triton.runtime.driver.active
 cache = driver.get_empty_cache_for_benchmark()
 _measure.warm_up(fn, 1.0)
 torch.cuda.profiler.start()
-for policy in ("write", cleanflush.current_policy()):
-    with cleanflush.policy(policy):
+for name in {flushes!r}:
+    with flushing(name):
         for _ in range({calls}):
             driver.clear_cache(cache)
             torch.cuda.nvtx.range_push("timed")
@@ -177,9 +198,9 @@ torch.cuda.profiler.stop()
 """
 
 
-def split_phases(kernels: list[tuple[str, float]], calls: int) -> tuple[float, float]:
-    """Bytes written per timed call in the first and the second half of ``kernels``."""
-    half = len(kernels) // 2
-    if half == 0 or len(kernels) % 2:
-        raise RuntimeError(f"expected the same kernels in both phases, got {len(kernels)}")
-    return (sum(b for _, b in kernels[:half]) / calls, sum(b for _, b in kernels[half:]) / calls)
+def split_phases(kernels: list[tuple[str, float]], calls: int, phases: int) -> list[float]:
+    """Bytes written per timed call in each of ``phases`` equal runs of ``kernels``."""
+    per = len(kernels) // phases if phases else 0
+    if per == 0 or len(kernels) % phases:
+        raise RuntimeError(f"expected the same kernels in each of {phases} phases, got {len(kernels)}")
+    return [sum(b for _, b in kernels[i * per:(i + 1) * per]) / calls for i in range(phases)]

@@ -24,16 +24,16 @@ def gemm():
 
 
 def paired(gemm, rounds=9):
-    """Per policy, the median over rounds of do_bench under it divided by the read-flush
-    reference measured right after it.  Pairing matters on these machines: a GPU state that
-    lasts a few hundred ms moves a call and the one after it alike, and changes between
-    rounds (benchmarks/results/h200/README.md, study 3)."""
+    """Per policy, the median over rounds of do_bench under it divided by the plain read-loop
+    reference measured right after it (its own buffer and torch.sum: no cleanflush code).
+    Pairing matters on these machines: a GPU state that lasts a few hundred ms moves a call
+    and the one after it alike (benchmarks/results/h200/README.md, study 3)."""
     ratios = {policy: [] for policy in cleanflush.POLICIES}
     for _ in range(rounds):
         for policy in cleanflush.POLICIES:
             with cleanflush.policy(policy):
-                measured = _measure.central_mean(triton.testing.do_bench(gemm, return_mode="all"))
-            reference = _measure.central_mean(_measure.read_flush_event_loop(gemm, 1000))
+                measured = _measure.central_mean(triton.testing.do_bench(gemm, return_mode="all")) * 1e3
+            reference = _measure.central_mean(_measure.read_flush_reference(gemm, 1000))
             ratios[policy].append(measured / reference)
     for name, values in ratios.items():
         print(f"{name:10s} / reference, rounds: " + " ".join(f"{v:.3f}" for v in values))
@@ -46,12 +46,13 @@ def test_do_bench_clean_under_each_policy(gemm):
     ratio = paired(gemm)
     stock = ratio["write"]
     assert stock >= 1.10, ratio  # the stock penalty is there to remove
-    default = ratio[cleanflush.DEFAULT_POLICY]
-    assert default <= 0.90 * stock, ratio
-    assert abs(default - 1) <= 0.03, ratio
-    # write-read is clean under ncu but sits a few percent above the reference in time
-    # (study 2 of the benchmarks); it must still remove most of the stock penalty.
-    assert ratio["write-read"] - 1 <= 0.5 * (stock - 1), ratio
+    # the same bar as `cleanflush verify`: a clean flush removes >= 60% of the penalty
+    for policy in ("write-read", "read"):
+        removed = (stock - ratio[policy]) / (stock - 1)
+        print(f"{policy}: removed {removed:.0%} of the stock penalty")
+        assert removed >= 0.6, ratio
+        assert ratio[policy] >= 0.95, ratio  # not faster than clean: nothing stayed warm
+    assert abs(ratio["read"] - 1) <= 0.03, ratio
 
 
 @pytest.mark.parametrize("policy", cleanflush.POLICIES)
@@ -68,7 +69,9 @@ def test_flush_is_capture_safe(gemm, policy):
             gemm()
     graph.replay()
     torch.cuda.synchronize()
+    # counted after the read ran: a read that failed in capture would count as "write"
     assert cleanflush.flush_counts()[key] == before + 3
+    assert not cleanflush._state.STATE.read_unavailable
 
 
 @pytest.mark.skipif(not hasattr(triton.testing, "do_bench_cudagraph_proton"), reason="triton < 3.8")
@@ -82,9 +85,12 @@ def test_do_bench_cudagraph_proton_runs_patched(gemm):
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="Nsight Compute (ncu) is not on PATH")
 def test_timed_gemm_writes_almost_nothing_under_ncu():
     calls = 3
-    kernels = _measure.ncu_write_bytes(_measure.ncu_script(N, K, "bfloat16", 0, calls))
+    flushes = ("stock", "write-read", "read")
+    kernels = _measure.ncu_write_bytes(_measure.ncu_script(N, K, "bfloat16", 0, calls, flushes))
     print("\n".join(f"{b / 1e6:8.3f} MB  {name[:70]}" for name, b in kernels))
-    stock, patched = _measure.split_phases(kernels, calls)
+    stock, patched, read = _measure.split_phases(kernels, calls, len(flushes))
+    print(f"per timed GEMM: read {read / 1e6:.3f} MB")
+    assert read <= 0.1e6
     print(f"per timed GEMM: stock writes {stock / 1e6:.2f} MB, patched {patched / 1e6:.3f} MB")
     assert stock > 5e6  # the dirty write-back the stock flush leaves is visible
     assert patched <= 0.1e6

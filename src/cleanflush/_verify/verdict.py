@@ -1,0 +1,207 @@
+"""The verdict: PASS / NO-PENALTY / FAIL from a measurement record, with its reasons.
+
+Plain Python, no torch: it judges recorded numbers, so CPU tests can feed it any record.
+Three kinds of evidence, each able to fail the verdict on its own:
+
+1. which flush ran: cleanflush counts each flush after it ran, under the policy that ran
+   (a read that failed counts as the stock write it fell back to);
+2. timing: per round, the share of the stock penalty (stock do_bench minus the clean
+   reference measured right after the candidate) that the candidate removed.  The
+   reference is a plain read loop of its own, not cleanflush's code.  A candidate faster
+   than the rotating-weight CUDA graph (cold weight, no launch gaps) left data warm;
+3. Nsight Compute, when it ran: DRAM bytes the timed GEMM writes after the candidate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from .._stats import quartiles
+from .controls import CLAIMS, CONTROLS
+
+SCHEMA = 2
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
+
+PASS_SHARE = 0.6  # a clean flush removes at least this share of the stock penalty
+NCU_DIRTY_MB = 1.0  # the timed GEMM writing more than this after the flush is write-back
+MIN_NOISE = 0.03  # of the reference: CUDA events tick in ~1 us steps
+
+
+def new_record(*, kernel: dict[str, Any], machine: dict[str, Any], software: dict[str, Any], policy: str,
+               installed: bool, targets: list[dict[str, Any]], rounds: int, candidates: list[str]) -> dict[str, Any]:
+    """The one shape of a verify record; ``measure`` fills ``timings_us``, ``flushes``, ``ncu``.
+
+    timings_us: {"do_bench": {"stock" | candidate: [us per round]},
+                 "reference": {candidate: [us per round]},      # mean of the read loop after it
+                 "reference_min": {candidate: [...]},            # its min, for Inductor's min
+                 "rotating_graph": [...],
+                 "inductor": {"stock" | candidate: [...]}}       # Inductor's own min
+    flushes: {candidate: {"triton | write-read": n, ...}} counted while it was timed
+    ncu: None (not asked), {"error": why} or {"stock": MB, candidate: MB, ...}
+    """
+    return {
+        "schema": SCHEMA,
+        "kernel": kernel,
+        "machine": machine,
+        "software": software,
+        "policy": policy,
+        "installed": installed,
+        "targets": targets,
+        "rounds": rounds,
+        "candidates": candidates,
+        "timings_us": {"do_bench": {}, "reference": {}, "reference_min": {}, "rotating_graph": [], "inductor": {}},
+        "flushes": {},
+        "ncu": None,
+    }
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _iqr(values: list[float]) -> float:
+    q1, _, q3 = quartiles(values)
+    return q3 - q1
+
+
+def claimed_policy(candidate: str) -> str:
+    return CLAIMS.get(candidate, candidate)
+
+
+def flush_evidence(counts: dict[str, int], target: str, candidate: str) -> tuple[bool, str]:
+    """Whether the clean flush ran for ``target`` while ``candidate`` was timed."""
+    mine = {key.split(" | ")[1]: n for key, n in counts.items() if key.split(" | ")[0] == target and n > 0}
+    clean = sum(n for policy, n in mine.items() if policy != "write")
+    stock = mine.get("write", 0)
+    if not mine:
+        return False, f"no flush ran through cleanflush in {target}"
+    if stock and claimed_policy(candidate) != "write":
+        return False, (f"{stock} of {stock + clean} flushes in {target} ran the stock write "
+                       "(the clean read failed or was skipped)")
+    if not clean:
+        return False, f"only the stock write ran in {target} ({stock} flushes)"
+    ran = ", ".join(f"{policy} x {n}" for policy, n in sorted(mine.items()))
+    return True, f"{target} flushed through cleanflush: {ran}"
+
+
+def penalty_share(stock: list[float], candidate: list[float], reference: list[float]) -> dict[str, float]:
+    """Per round, the share of the stock penalty the candidate removed; medians over rounds."""
+    penalties = [s - r for s, r in zip(stock, reference)]
+    shares = [(s - c) / p if p > 0 else 0.0 for s, c, p in zip(stock, candidate, penalties)]
+    ref = _median(reference)
+    return {
+        "penalty_us": _median(penalties),
+        "noise_us": max(_iqr(penalties), MIN_NOISE * ref),
+        "share": _median(shares),
+        "reference_us": ref,
+        "candidate_us": _median(candidate),
+        "stock_us": _median(stock),
+    }
+
+
+def judge_timing(name: str, stock: list[float], candidate: list[float], reference: list[float],
+                 graph: list[float] | None) -> tuple[str, float | None, str]:
+    """("pass" | "fail" | "no-penalty", margin, reason) for one timed method."""
+    t = penalty_share(stock, candidate, reference)
+    where = (f"{t['candidate_us']:.2f} us against stock {t['stock_us']:.2f} us and the clean reference "
+             f"{t['reference_us']:.2f} us")
+    if graph:
+        floor = _median(graph)
+        if t["candidate_us"] < floor:
+            return "fail", None, (f"{name}: {where}: faster than the rotating-weight graph {floor:.2f} us "
+                                  "(cold weight, no launch gaps), so data stayed warm in L2")
+        where += f", rotating graph {floor:.2f} us"
+    if t["penalty_us"] <= t["noise_us"]:
+        return "no-penalty", None, (f"{name}: the stock flush shows no measurable penalty here "
+                                    f"({t['penalty_us']:+.2f} us against noise +-{t['noise_us']:.2f} us)")
+    margin = t["share"] - PASS_SHARE
+    removed = f"removed {t['share']:.0%} of the {t['penalty_us']:.2f} us stock penalty (needs {PASS_SHARE:.0%})"
+    return ("pass" if margin >= 0 else "fail"), margin, f"{name}: {where}: {removed}"
+
+
+def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
+    """The verdict on do_bench (and, where measured, Inductor) under ``candidate``."""
+    reasons: list[str] = []
+    failed = False
+    if claimed_policy(candidate) == "write" and candidate not in CONTROLS:
+        return _verdict("FAIL", ["the policy is 'write', the stock flush: there is no clean flush to verify"], None)
+    counts = record["flushes"].get(candidate, {})
+    ok, why = flush_evidence(counts, "triton", candidate)
+    failed |= not ok
+    reasons.append(("" if ok else "FAIL: ") + why)
+    if not ok:
+        reasons.extend(_why_not("triton", record))
+
+    t = record["timings_us"]
+    state, margin, why = judge_timing("do_bench", t["do_bench"]["stock"], t["do_bench"][candidate],
+                                      t["reference"][candidate], t.get("rotating_graph"))
+    failed |= state == "fail"
+    reasons.append(("FAIL: " if state == "fail" else "") + why)
+    no_penalty = state == "no-penalty"
+
+    inductor = t.get("inductor", {})
+    if candidate in inductor:
+        target = "InductorBenchmarker.benchmark_gpu"
+        ok, why = flush_evidence(counts, target, candidate)
+        failed |= not ok
+        reasons.append(("" if ok else "FAIL: ") + why)
+        istate, imargin, iwhy = judge_timing("Inductor benchmark_gpu (min)", inductor["stock"], inductor[candidate],
+                                             t["reference_min"][candidate], None)
+        failed |= istate == "fail"
+        reasons.append(("FAIL: " if istate == "fail" else "") + iwhy)
+        if imargin is not None and margin is not None:
+            margin = min(margin, imargin)
+
+    ncu = record.get("ncu")
+    if ncu is not None:
+        if "error" in ncu:
+            reasons.append(f"Nsight Compute could not run ({ncu['error']}): judged on timing and flush counts only")
+        elif candidate in ncu:
+            dirty = ncu[candidate]
+            stock = ncu.get("stock")
+            bytes_ok = dirty <= NCU_DIRTY_MB
+            failed |= not bytes_ok
+            reasons.append(("" if bytes_ok else "FAIL: ")
+                           + f"Nsight Compute: the timed GEMM writes {dirty:.3f} MB after this flush "
+                           + (f"(stock {stock:.2f} MB); " if stock is not None else "; ")
+                           + (f"at most {NCU_DIRTY_MB} MB is clean" if bytes_ok
+                              else f"more than {NCU_DIRTY_MB} MB is dirty write-back, whatever the timing says"))
+
+    others = record["machine"].get("other_processes")
+    if others:
+        reasons.append(f"UNRELIABLE: {len(others)} other process(es) on this GPU (pids {others})")
+    if failed:
+        return _verdict("FAIL", reasons, margin)
+    return _verdict("NO-PENALTY" if no_penalty else "PASS", reasons, margin)
+
+
+def _verdict(result: str, reasons: list[str], margin: float | None) -> dict[str, Any]:
+    code = EXIT_FAIL if result == "FAIL" else EXIT_PASS
+    return {"result": result, "exit_code": code, "reasons": reasons, "margin": margin}
+
+
+def judge(record: dict[str, Any]) -> dict[str, Any]:
+    """The verdict ``cleanflush verify`` prints: the active policy, through every benchmarker."""
+    if not record["installed"]:
+        return _verdict("FAIL", ["cleanflush is not installed in this process (CLEANFLUSH=0?)"], None)
+    return judge_candidate(record, record["policy"])
+
+
+def expected(candidate: str) -> str:
+    return "FAIL" if candidate in CONTROLS else "PASS"
+
+
+def judge_controls(record: dict[str, Any]) -> dict[str, Any]:
+    """Every candidate judged; the run passes when each real policy PASSes and each
+    negative control FAILs (a NO-PENALTY GPU cannot tell them apart: that is said)."""
+    verdicts = {name: judge_candidate(record, name) for name in record["candidates"]}
+    wrong = [name for name, v in verdicts.items() if v["result"] != expected(name)]
+    result = "PASS" if not wrong else "FAIL"
+    return {"result": result, "exit_code": EXIT_PASS if not wrong else EXIT_FAIL, "candidates": verdicts,
+            "wrong": wrong}
+
+
+def _why_not(target: str, record: dict[str, Any]) -> list[str]:
+    rows = [r for r in record["targets"] if r["package"] == target and not r["patched"]]
+    return [f"  {r['target']}: {r['detail']}" for r in rows]
