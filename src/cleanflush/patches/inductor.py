@@ -128,8 +128,11 @@ def _row(target: str, patched: bool, detail: str) -> None:
     record(TargetStatus(target, PACKAGE, _version(), patched, detail))
 
 
-def _unsupported(target: str, reason: str) -> None:
-    warn_once(f"inductor:{target}", f"{target}: {reason}; its stock flush is kept")
+def _unsupported(target: str, reason: str, known: bool = False) -> None:
+    """Keep the stock code and say why in status; warn too when the layout is a surprise
+    (a known older torch is not news at every import)."""
+    if not known:
+        warn_once(f"inductor:{target}", f"{target}: {reason}; its stock flush is kept")
     _row(target, False, f"unsupported: {reason}; stock flush kept")
 
 
@@ -172,10 +175,10 @@ def _apply_utils(module: Any) -> None:
         _row(target, True, f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")
     elif "_do_bench_using_profiling" in vars(module):
         _unsupported(target, "this torch's _do_bench_using_profiling has no named profiler region "
-                             "to put the read in front of (torch 2.13 has one)")
+                             "to put the read in front of (torch 2.13 has one)", known=True)
     elif hasattr(module, "do_bench_using_profiling"):
         _unsupported(target, "torch < 2.10 inlines the flush in do_bench_using_profiling, "
-                             "which call sites import by name")
+                             "which call sites import by name", known=True)
 
 
 def apply() -> None:

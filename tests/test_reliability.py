@@ -1,0 +1,236 @@
+"""Never break the user's program: one test per finding of
+shared/reference/review-reliability.md (2fa4d7e), each reproduced as the review did, in a
+fresh interpreter where the finding needed one."""
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+import cleanflush
+from cleanflush import _flush, _state
+from cleanflush.patches import inductor as inductor_patch
+
+from .conftest import run_python
+from .ops import OpRecorder
+
+triton = pytest.importorskip("triton")
+
+
+def bare_driver():
+    return object.__new__(triton.backends.backends["nvidia"].driver)
+
+
+# BUG-E1 and BUG-G2: a read buffer that cannot be allocated, under -W error ---------------
+
+FAILING_ALLOCATION = """
+import json, sys, torch, triton, cleanflush
+from cleanflush import _state
+calls = []
+real_zeros = torch.zeros
+def zeros(*args, **kwargs):
+    if args and isinstance(args[0], int) and args[0] > 1:  # the read buffer, not the scalar sink
+        calls.append(args[0])
+        raise RuntimeError("CUDA out of memory (simulated)")
+    return real_zeros(*args, **kwargs)
+torch.zeros = zeros
+driver = object.__new__(triton.backends.backends["nvidia"].driver)
+cache = torch.full((64,), 7, dtype=torch.int32)
+with cleanflush.policy(POLICY):
+    for _ in range(5):
+        driver.clear_cache(cache)
+rows = [r.as_dict() for r in cleanflush.status() if r.target.startswith("read buffer")]
+print(json.dumps({"zeroed": int(cache.sum()) == 0, "allocations": len(calls),
+                  "counts": {f"{t} | {p}": n for (t, p), n in cleanflush.flush_counts().items()},
+                  "rows": rows}))
+"""
+
+
+@pytest.mark.parametrize("policy", ["read", "write-read"])
+def test_failed_read_allocation_under_warnings_as_errors(policy):
+    child = run_python(FAILING_ALLOCATION.replace("POLICY", repr(policy)), {"CLEANFLUSH": "1"},
+                       args=("-W", "error"))
+    assert child.returncode == 0, child.stderr  # nothing raised out of clear_cache
+    out = json.loads(child.stdout)
+    assert out["zeroed"]  # the stock write ran instead
+    assert out["allocations"] == 1  # tried once, not on every timed call
+    assert out["counts"] == {"triton | write": 5}  # counted as the write it was
+    assert len(out["rows"]) == 1 and not out["rows"][0]["patched"]
+    assert "could not be allocated" in out["rows"][0]["detail"]
+    lines = [line for line in child.stderr.splitlines() if "cleanflush" in line]
+    assert len(lines) == 1 and "warnings are errors" in lines[0], child.stderr
+
+
+# BUG-E2 and BUG-G: a patch that fails inside the user's `import triton`, under -W error ---
+
+def test_failing_patch_under_warnings_as_errors_keeps_import_and_says_why():
+    child = run_python(
+        """
+        import cleanflush
+        from cleanflush.patches import triton as patch
+        def broken():
+            raise RuntimeError("unexpected triton layout")
+        patch.apply = broken
+        import triton, triton.testing
+        cls = triton.backends.backends["nvidia"].driver
+        print(type(vars(cls)["clear_cache"]).__name__)
+        for row in cleanflush.status():
+            if not row.patched and "patch failed" in row.target:
+                print(row.detail)
+        """,
+        args=("-W", "error"),
+    )
+    assert child.returncode == 0, child.stderr
+    kind, detail = child.stdout.splitlines()
+    assert kind == "function"
+    assert "could not patch triton" in detail and "unexpected triton layout" in detail
+
+
+def test_warn_once_falls_back_to_stderr_when_warnings_raise(capsys):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _state.warn_once("test-key", "something odd")
+        _state.warn_once("test-key", "something odd")
+    err = capsys.readouterr().err
+    assert err.count("cleanflush: something odd") == 1
+
+
+# BUG-F: unexpected call shapes run the stock code ----------------------------------------
+
+def test_clear_cache_without_argument_behaves_as_stock():
+    driver = bare_driver()
+    stock = vars(type(driver))["clear_cache"].__wrapped__
+    with pytest.raises(TypeError) as ours, pytest.warns(RuntimeWarning, match="not clear_cache.cache."):
+        driver.clear_cache()
+    with pytest.raises(TypeError) as theirs:
+        stock(driver)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_clear_cache_of_a_non_tensor_runs_the_stock_write():
+    class Buffer:
+        zeroed = 0
+
+        def zero_(self):
+            self.zeroed += 1
+
+    buffer = Buffer()
+    with pytest.warns(RuntimeWarning, match="unexpected cache object"):
+        for policy in cleanflush.POLICIES:
+            with cleanflush.policy(policy):
+                bare_driver().clear_cache(buffer)
+    assert buffer.zeroed == 3
+    assert cleanflush.flush_counts() == {("triton", "write"): 3}
+
+
+def test_clear_cache_by_keyword_is_flushed():
+    cache = torch.full((64,), 3, dtype=torch.int32)
+    _flush.prepare(cache.device)
+    with OpRecorder() as rec:
+        bare_driver().clear_cache(cache=cache)
+    assert rec.names == ["zero_", "sum"]
+
+
+def test_event_pairs_of_another_shape_are_passed_through(monkeypatch):
+    benchmarking = pytest.importorskip("torch._inductor.runtime.benchmarking")
+    bench = benchmarking.InductorBenchmarker
+    stock = vars(bench)["get_event_pairs"].__wrapped__
+    starts, ends = ["s1", "s2"], ["e1", "e2"]
+    monkeypatch.setattr(vars(bench)["get_event_pairs"], "__wrapped__", lambda *a, **k: (starts, ends))
+    token = inductor_patch._active.set(("InductorBenchmarker.benchmark_gpu", None, "cpu"))
+    try:
+        with pytest.warns(RuntimeWarning, match="not a list of .start, end. pairs"):
+            result = bench().get_event_pairs(2)
+    finally:
+        inductor_patch._active.reset(token)
+    assert result == (starts, ends)
+    assert stock is not None
+
+
+# BUG-H: importlib.reload(cleanflush) writes one report line, not two ----------------------
+
+def test_reload_does_not_register_the_report_twice(tmp_path):
+    report = tmp_path / "r.jsonl"
+    child = run_python(
+        """
+        import importlib, torch, triton, cleanflush
+        importlib.reload(cleanflush)
+        driver = object.__new__(triton.backends.backends["nvidia"].driver)
+        driver.clear_cache(torch.zeros(16, dtype=torch.int32))
+        """,
+        {"CLEANFLUSH": "1", "CLEANFLUSH_REPORT": str(report)},
+    )
+    assert child.returncode == 0, child.stderr
+    lines = report.read_text().splitlines()
+    assert len(lines) == 1
+    line = json.loads(lines[0])
+    assert line["flushes"] == {"triton | write-read": 1}
+    assert line["env_at_start"] == "1"  # what a worker started with, to spot a stale policy
+
+
+# BUG-R: the first flushes of 16 threads at once allocate one buffer ----------------------
+
+def test_threads_flushing_first_at_once_allocate_one_buffer(monkeypatch):
+    real_zeros = torch.zeros
+    sizes = []
+
+    def slow_zeros(*args, **kwargs):
+        if args and isinstance(args[0], int) and args[0] > 1024:  # the read buffer
+            sizes.append(args[0])
+            time.sleep(0.01)  # widen the window, as the review did
+        return real_zeros(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "zeros", slow_zeros)
+    _flush.release()
+    barrier = threading.Barrier(16)
+    errors = []
+
+    def flush():
+        try:
+            cache = torch.zeros(16, dtype=torch.int32)
+            barrier.wait()
+            bare_driver().clear_cache(cache)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=flush) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(sizes) == 1
+    assert cleanflush.flush_counts() == {("triton", "write-read"): 16}
+
+
+# Per-target switch ---------------------------------------------------------------------
+
+def test_disable_one_target_from_the_environment():
+    child = run_python(
+        """
+        import json, cleanflush, triton
+        import torch._inductor.runtime.benchmarking as b
+        cls = triton.backends.backends["nvidia"].driver
+        rows = {r.target: (r.patched, r.detail) for r in cleanflush.status()}
+        print(json.dumps({"triton": type(vars(cls)["clear_cache"]).__name__,
+                          "inductor": type(vars(b.InductorBenchmarker)["benchmark_gpu"]).__name__,
+                          "row": rows.get("inductor: every target")}))
+        """,
+        {"CLEANFLUSH": "1", "CLEANFLUSH_DISABLE": " Inductor "},
+    )
+    assert child.returncode == 0, child.stderr
+    out = json.loads(child.stdout)
+    assert out["triton"] == "FunctionWrapper" and out["inductor"] == "function"
+    assert out["row"] == [False, "disabled by CLEANFLUSH_DISABLE; stock flush kept"]
+
+
+def test_disable_with_an_unknown_name_says_the_valid_ones_once():
+    child = run_python("import cleanflush, triton; print(cleanflush.is_installed())",
+                       {"CLEANFLUSH": "1", "CLEANFLUSH_DISABLE": "tritonn"})
+    assert child.stdout.strip() == "True"
+    lines = [line for line in child.stderr.splitlines() if "CLEANFLUSH_DISABLE" in line]
+    assert len(lines) == 1 and "tritonn" in lines[0] and "triton, inductor" in lines[0], child.stderr
