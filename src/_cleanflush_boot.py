@@ -1,7 +1,11 @@
 """Interpreter start-up hook for cleanflush (run from ``cleanflush.pth``).
 
-This module is imported at every interpreter start where ``CLEANFLUSH`` is set, so it
-imports only ``os`` and ``sys``.  It never raises: a broken autoload must not break the
+Imported at every interpreter start where ``CLEANFLUSH`` is set, so it imports nothing and
+does almost nothing: unless the value says "off", it puts a finder at the front of
+``sys.meta_path`` that waits for the first import of torch or triton.  Only then does it
+import cleanflush (and wrapt), which installs the patches and the hooks that patch each
+target as it loads.  A process that never imports torch or triton (pip, linters, launchers)
+pays a few microseconds.  Nothing here may raise: a broken autoload must not break the
 user's program, only say so on stderr.
 """
 
@@ -9,15 +13,42 @@ import os
 import sys
 
 booted = False
+# The top-level packages whose import wakes cleanflush up: everything it patches lives there.
+TRIGGERS = frozenset(("torch", "triton"))
+_OFF = frozenset(("0", "off", "false", "no"))
 
 
-def boot() -> None:
-    global booted
-    if booted or not os.environ.get("CLEANFLUSH"):
-        return
-    booted = True
+class _WakeOnImport:
+    """A meta path finder that finds nothing: it imports cleanflush just before the first
+    torch or triton import goes on to the real finders, then stays inert.  It does not take
+    itself out of ``sys.meta_path``: the import system is iterating over that list right
+    then, and removing an entry would make it skip the next finder."""
+
+    awake = False
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if not cls.awake and fullname in TRIGGERS:
+            cls.awake = True
+            _import_cleanflush()
+        return None
+
+
+def _import_cleanflush():
     try:
         import cleanflush  # noqa: F401  (the import installs, honouring CLEANFLUSH)
     except Exception as exc:  # pragma: no cover - defensive
         print(f"cleanflush: autoload failed ({exc!r}); benchmarks keep their stock L2 flush",
               file=sys.stderr)
+
+
+def boot():
+    global booted
+    value = os.environ.get("CLEANFLUSH", "")
+    if booted or value.strip().lower() in _OFF or not value.strip():
+        return
+    booted = True
+    if TRIGGERS.intersection(sys.modules):  # started with torch already loaded (rare)
+        _import_cleanflush()
+    else:
+        sys.meta_path.insert(0, _WakeOnImport)

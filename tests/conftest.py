@@ -10,6 +10,8 @@ import pytest
 import cleanflush
 from cleanflush import _flush, _policy, _state
 
+pytest_plugins = ["pytester"]
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     try:

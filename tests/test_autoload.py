@@ -2,7 +2,11 @@
 
 import pytest
 
+from pathlib import Path
+
 from .conftest import run_python
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("triton")
 
@@ -72,10 +76,56 @@ def test_startup_imports_nothing_when_unset():
     assert not [m for m in imported if m.startswith(("cleanflush", "_cleanflush_boot", "wrapt"))]
 
 
-def test_startup_with_variable_imports_neither_torch_nor_triton():
-    child = run_python("import sys; print(sorted(m for m in ('torch', 'triton', 'cleanflush') if m in sys.modules))",
+LAZY = """
+import sys
+def loaded():
+    return sorted(m for m in ("_cleanflush_boot", "cleanflush", "wrapt", "torch", "triton") if m in sys.modules)
+print(loaded())
+import json, os  # anything but torch or triton: nothing wakes
+print(loaded())
+import {first}
+print(loaded())
+import cleanflush
+cls = sys.modules["triton"].backends.backends["nvidia"].driver if "triton" in sys.modules else None
+print(cleanflush.is_installed(), cleanflush._state.STATE.source)
+"""
+
+
+@pytest.mark.parametrize("value", ["1", "write-read", "read", "write", "yes"])
+@pytest.mark.parametrize("first", ["triton", "torch"])
+def test_autoload_waits_for_torch_or_triton(value, first):
+    child = run_python(LAZY.format(first=first), {"CLEANFLUSH": value})
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()
+    assert lines[0] == lines[1] == "['_cleanflush_boot']"  # neither cleanflush nor wrapt yet
+    assert "'cleanflush'" in lines[2] and "'wrapt'" in lines[2]  # woken by the first import
+    assert lines[3] == "True autoload"
+
+
+@pytest.mark.parametrize("value", ["0", "off", " OFF ", "false", "no", ""])
+def test_off_values_import_nothing_at_start(value):
+    child = run_python("import sys; print(sorted(m for m in ('_cleanflush_boot', 'cleanflush', 'wrapt') "
+                       "if m in sys.modules))", {"CLEANFLUSH": value})
+    assert child.stdout.strip() == "[]", child.stderr
+
+
+def test_patched_right_after_the_import_that_woke_it():
+    child = run_python("import triton.testing\n"
+                       "print(type(vars(triton.backends.backends['nvidia'].driver)['clear_cache']).__name__)",
                        {"CLEANFLUSH": "1"})
-    assert child.stdout.strip() == "['cleanflush']", child.stderr
+    assert child.stdout.strip() == "FunctionWrapper", child.stderr
+
+
+def test_the_three_readers_of_off_agree():
+    # the .pth line, the boot module and the parser each know the off spellings: one list
+    import _cleanflush_boot
+
+    from cleanflush import _env
+
+    pth = (ROOT / "src" / "cleanflush.pth").read_text()
+    assert set(_env._OFF) == set(_cleanflush_boot._OFF)
+    for value in _env._OFF:
+        assert f'"{value}"' in pth
 
 
 def test_autoload_file_is_installed():

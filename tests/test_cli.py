@@ -1,54 +1,117 @@
+"""The command line in fresh processes: status, run, exit codes, --json, -OO."""
+
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
+from .conftest import run_python
+
 pytest.importorskip("triton")
 
+NVIDIA = "triton.backends.nvidia.driver.CudaDriver.clear_cache"
 
-def _run(args, env):
-    import os
-    import subprocess
-    import sys
 
-    child_env = dict(os.environ)
-    child_env.pop("CLEANFLUSH", None)
+def cli(args, env=None, extra=()):
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
     child_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "cleanflush", *args], env=child_env,
+    return subprocess.run([sys.executable, *extra, "-m", "cleanflush", *args], env=child_env,
                           capture_output=True, text=True, timeout=300)
 
 
-def test_status_table_lists_patched_triton_targets():
-    out = _run(["status"], None)
+def test_status_says_what_a_program_started_here_gets():
+    out = cli(["status"])
     assert out.returncode == 0, out.stderr
-    assert "installed (import), policy write-read" in out.stdout
-    assert "triton.backends.nvidia.driver.CudaDriver.clear_cache" in out.stdout
-    row = next(line for line in out.stdout.splitlines() if "CudaDriver.clear_cache" in line)
+    lines = out.stdout.splitlines()
+    env_line = next(line for line in lines if line.startswith("environment"))
+    assert "CLEANFLUSH is unset" in env_line and "stock flush unless they import cleanflush" in env_line
+    assert any(line.startswith("autoload") and "cleanflush.pth" in line for line in lines)
+    row = next(line for line in lines if line.startswith(NVIDIA))
     assert " yes " in row
 
 
-def test_status_json_matches_the_api():
-    out = _run(["status", "--json"], {"CLEANFLUSH": "write-read"})
+@pytest.mark.parametrize("value, says", [
+    ("1", "flushes with write-read"),
+    ("read", "flushes with read"),
+    ("0", "off, even for programs that import cleanflush"),
+])
+def test_status_reads_the_shell_variable_not_its_own_import(value, says):
+    out = cli(["status", "--json"], {"CLEANFLUSH": value})
     data = json.loads(out.stdout)
-    assert data["installed"] and data["policy"] == "write-read" and data["source"] == "autoload"
+    assert data["schema"] == 1
+    assert data["environment"]["CLEANFLUSH"] == value  # not what the CLI's import wrote
+    assert says in data["programs_get"]
     targets = {t["target"]: t for t in data["targets"]}
-    assert targets["triton.backends.nvidia.driver.CudaDriver.clear_cache"]["patched"]
+    assert targets[NVIDIA]["patched"]  # would be patched, even where this shell has it off
 
 
-def test_status_when_switched_off():
-    out = _run(["status"], {"CLEANFLUSH": "0"})
-    assert out.returncode == 0
-    assert "NOT installed" in out.stdout
-    assert "cleanflush is not installed" in out.stdout
+def test_status_check_exit_codes(tmp_path):
+    assert cli(["status", "--check"]).returncode == 0
+    bad = cli(["status", "--check"], {"CLEANFLUSH": "fast"})
+    assert bad.returncode == 1 and "check: FAIL" in bad.stdout and "'fast'" in bad.stdout
+    disabled = cli(["status", "--check"], {"CLEANFLUSH_DISABLE": "tritn"})
+    assert disabled.returncode == 1 and "tritn" in disabled.stdout
+    # nothing to patch at all: a CI gate must see it
+    nothing = run_python(
+        "import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
+        "from cleanflush.__main__ import main; sys.exit(main(['status', '--check']))")
+    assert nothing.returncode == 1 and "no benchmarker here can be patched" in nothing.stdout
+
+
+def test_json_means_the_same_in_every_command(tmp_path):
+    to_stdout = cli(["status", "--json"])
+    assert json.loads(to_stdout.stdout)["cleanflush"]
+    assert "environment" in to_stdout.stderr  # the text went to stderr
+    path = tmp_path / "status.json"
+    to_file = cli(["status", "--json", str(path)])
+    assert "environment" in to_file.stdout and json.loads(path.read_text())["schema"] == 1
+
+
+def test_run_validates_the_policy_before_starting():
+    out = cli(["run", "--policy", "fast", "--", sys.executable, "-c", "print('started')"])
+    assert out.returncode == 2 and "started" not in out.stdout
+    assert "write-read, read, write" in out.stderr
+
+
+def test_run_starts_the_command_patched_with_the_policy(tmp_path):
+    report = tmp_path / "r.jsonl"
+    code = ("import os, torch, triton, cleanflush\n"
+            "d = object.__new__(triton.backends.backends['nvidia'].driver)\n"
+            "d.clear_cache(torch.zeros(16, dtype=torch.int32))\n"
+            "print(os.environ['CLEANFLUSH'], cleanflush.current_policy()); raise SystemExit(7)")
+    out = cli(["run", "--policy", "Read", "--report", str(report), "--", sys.executable, "-c", code])
+    assert out.returncode == 7, out.stderr  # the command's own exit code
+    assert out.stdout.split() == ["read", "read"]
+    assert json.loads(report.read_text())["flushes"] == {"triton | read": 1}
+
+
+def test_run_without_a_command_or_with_a_missing_one():
+    assert cli(["run"]).returncode == 2
+    missing = cli(["run", "--", "no-such-command-here"])
+    assert missing.returncode == 127 and missing.stderr.count("\n") == 1
+
+
+def test_run_disable_reaches_the_child():
+    code = "import os; print(os.environ['CLEANFLUSH_DISABLE'])"
+    out = cli(["run", "--disable", "inductor", "--", sys.executable, "-c", code])
+    assert out.stdout.strip() == "inductor"
+    assert cli(["run", "--disable", "bogus", "--", sys.executable, "-c", "pass"]).returncode == 2
 
 
 def test_unknown_command_is_a_usage_error():
-    out = _run(["frobnicate"], None)
+    out = cli(["frobnicate"])
     assert out.returncode == 2 and "invalid choice" in out.stderr
 
 
-def test_report_file_records_each_process_that_flushed(tmp_path):
-    from .conftest import run_python
+def test_optimized_mode_and_version():
+    out = cli(["--help"], extra=("-OO",))
+    assert out.returncode == 0 and "cold and clean L2" in out.stdout
+    assert cli(["-V"]).stdout.startswith("cleanflush ")
 
+
+def test_report_file_records_each_process_that_flushed(tmp_path):
     report = tmp_path / "report.jsonl"
     code = """
     import torch, triton
@@ -76,11 +139,6 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_status_and_verify_without_torch_or_triton():
-    import subprocess
-    import sys
-
-    import os
-
     env = {k: v for k, v in os.environ.items() if k != "CLEANFLUSH"}
 
     def run(*args):
@@ -89,7 +147,6 @@ def test_status_and_verify_without_torch_or_triton():
 
     status = run("status")
     assert status.returncode == 0, status.stderr
-    assert "installed (import)" in status.stdout
     assert "installed, but the import failed" in status.stdout
     assert "before 3.0" not in status.stdout
     assert "Traceback" not in status.stderr

@@ -24,7 +24,8 @@ def test_wheel_has_the_autoload_files_at_its_root(tmp_path):
             "cleanflush/py.typed"} <= names
     assert not any(n.startswith(("tests/", "benchmarks/", "matrix/")) for n in names)
     # one line, gated on the variable before anything but os is imported
-    assert pth.count("\n") == 1 and pth.startswith("import os; os.environ.get(\"CLEANFLUSH\")")
+    assert pth.count("\n") == 1 and pth.startswith("import os; os.environ.get(\"CLEANFLUSH\"")
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names  # MIT wants it along
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     runtime = [line for line in requires if "extra ==" not in line]
     assert runtime == ["Requires-Dist: wrapt>=1.16"]  # never torch or triton

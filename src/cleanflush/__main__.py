@@ -1,4 +1,10 @@
-"""Command line: ``cleanflush status`` (no GPU needed) and ``cleanflush verify``."""
+"""Command line: ``cleanflush status``, ``cleanflush run -- COMMAND`` and ``cleanflush verify``.
+
+Exit codes, for every command: 0 success, 1 the check failed (verify FAIL, ``status
+--check`` found a target that cannot be patched), 2 usage error, 3 cannot run here.
+``--json`` means the same everywhere: alone, the JSON record on stdout (and the text on
+stderr); with a path, the record written there.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,21 @@ import json
 import os
 import site
 import sys
+import warnings
 from typing import Any
 
 import cleanflush
 
-from . import _verify
-from ._env import ENV_VAR
-from ._state import STATE, TargetStatus
+from . import _env, _policy, _verify
+from ._env import DISABLE_VAR, ENV_VAR
+from ._state import ENV_AT_START, REPORT_VAR, TargetStatus
 from .patches import installed_version
 
+STATUS_SCHEMA = 1
 # What `status` imports so that the hooks fire and every row tells the truth.
 _TARGET_MODULES = ("triton", "torch._inductor.runtime.benchmarking", "torch._inductor.utils")
+# The start of a row's detail when the target is there but cannot be patched.
+_PROBLEMS = ("unsupported", "could not patch", "installed, but the import failed")
 
 
 def _autoload_file() -> str | None:
@@ -30,42 +40,142 @@ def _autoload_file() -> str | None:
     return None
 
 
+def _programs_get(value: str | None) -> tuple[str | None, str]:
+    """(policy or None, what a program started with ``CLEANFLUSH=value`` gets)."""
+    try:
+        chosen = _env.parse(value)
+    except ValueError as exc:
+        return None, f"INVALID: {exc}; programs keep the stock flush"
+    if value is None or not value.strip():
+        return None, (f"{ENV_VAR} is unset: programs keep the stock flush unless they import cleanflush "
+                      f"(then {_policy.DEFAULT_POLICY})")
+    if chosen is None:
+        return None, f"{ENV_VAR}={value}: off, even for programs that import cleanflush"
+    return chosen, (f"{ENV_VAR}={value}: every Python program started here, and its children, flushes with "
+                    f"{chosen} from its first import of torch or triton")
+
+
 def collect_status() -> dict[str, Any]:
-    """Import each installed target, then report: the data behind `cleanflush status`."""
+    """What a program started from this shell would get: the data behind `cleanflush status`.
+
+    The environment is read as the shell has it (before this process's own import of
+    cleanflush wrote to it); the targets are imported here with cleanflush installed, so each
+    row says whether that target would be patched and why not.
+    """
+    if not cleanflush.is_installed():  # CLEANFLUSH=0 here: still find out what would be patched
+        cleanflush._install(None, "status")
     errors: list[TargetStatus] = []
-    for module in _TARGET_MODULES:
-        package = module.split(".")[0]
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            if installed_version(package, "pytorch-triton" if package == "triton" else package):
-                errors.append(TargetStatus(module, package, None, False, f"installed, but the import failed: {exc!r}"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own import warnings are not ours to show
+        for module in _TARGET_MODULES:
+            package = module.split(".")[0]
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                if installed_version(package, "pytorch-triton" if package == "triton" else package):
+                    errors.append(TargetStatus(module, package, None, False,
+                                               f"installed, but the import failed: {exc!r}"))
+    policy, says = _programs_get(ENV_AT_START)
+    try:
+        disabled = sorted(_env.parse_disabled(os.environ.get(DISABLE_VAR)))
+    except ValueError as exc:
+        disabled = [f"INVALID: {exc}"]
     return {
+        "schema": STATUS_SCHEMA,
         "cleanflush": cleanflush.__version__,
-        "installed": cleanflush.is_installed(),
-        "source": STATE.source,
-        "policy": cleanflush.current_policy() if cleanflush.is_installed() else None,
-        "env": os.environ.get(ENV_VAR),
+        "python": sys.executable,
+        "environment": {ENV_VAR: ENV_AT_START, DISABLE_VAR: os.environ.get(DISABLE_VAR),
+                        REPORT_VAR: os.environ.get(REPORT_VAR)},
+        "programs_get": says,
+        "policy": policy,
+        "disabled": disabled,
         "autoload_file": _autoload_file(),
         "targets": [row.as_dict() for row in cleanflush.status() + errors],
     }
 
 
+def status_problems(data: dict[str, Any]) -> list[str]:
+    """What `status --check` fails on: an invalid setting, or a target that cannot be patched."""
+    problems = [data["programs_get"]] if data["programs_get"].startswith("INVALID") else []
+    problems += [d for d in data["disabled"] if d.startswith("INVALID")]
+    problems += [f"{t['target']}: {t['detail']}" for t in data["targets"] if t["detail"].startswith(_PROBLEMS)]
+    if not any(t["patched"] for t in data["targets"]):
+        problems.append("no benchmarker here can be patched (is torch or triton installed?)")
+    return problems
+
+
 def format_status(data: dict[str, Any]) -> str:
-    if data["installed"]:
-        head = f"cleanflush {data['cleanflush']}: installed ({data['source']}), policy {data['policy']}"
-    else:
-        head = f"cleanflush {data['cleanflush']}: NOT installed ({ENV_VAR}={data['env']!r}); stock flushes everywhere"
     pth = data["autoload_file"]
-    auto = f"autoload: {pth} (active when {ENV_VAR} is set)" if pth else "autoload: cleanflush.pth not found"
-    rows = [("target", "version", "patched", "detail")]
+    lines = [
+        f"cleanflush {data['cleanflush']} ({data['python']})",
+        f"environment  {data['programs_get']}",
+        f"disabled     {', '.join(data['disabled']) or 'none'} ({DISABLE_VAR})",
+        "autoload     " + (f"{pth}: wakes on the first import of torch or triton when {ENV_VAR} is set"
+                           if pth else f"cleanflush.pth not found in this interpreter: {ENV_VAR} does nothing here"),
+        f"report       {data['environment'][REPORT_VAR] or f'{REPORT_VAR} unset'}",
+        "",
+    ]
+    rows = [("target", "version", "would patch", "detail")]
     for t in data["targets"]:
         rows.append((t["target"], t["version"] or "-", "yes" if t["patched"] else "no", t["detail"]))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [head, auto, ""]
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
     return "\n".join(lines)
+
+
+def _emit(data: dict[str, Any], text: str, json_path: str | None) -> None:
+    """Text on stdout; with ``--json``, the record on stdout (text to stderr) or in a file."""
+    if json_path == "-":
+        print(text, file=sys.stderr)
+        print(json.dumps(data, indent=2))
+        return
+    print(text)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+
+
+def _status(args: argparse.Namespace) -> int:
+    data = collect_status()
+    problems = status_problems(data)
+    data["problems"] = problems
+    text = format_status(data)
+    if args.check:
+        text += "\n\n" + ("check: FAIL\n" + "\n".join(f"  - {p}" for p in problems) if problems else "check: OK")
+    _emit(data, text, args.json)
+    return 1 if args.check and problems else 0
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("run needs a command after --, e.g. cleanflush run -- python tune.py")
+    env = dict(os.environ, **{ENV_VAR: args.policy})
+    if args.report:
+        env[REPORT_VAR] = os.path.abspath(args.report)
+    if args.disable is not None:
+        env[DISABLE_VAR] = ",".join(sorted(args.disable))
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"cleanflush run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    return 0  # pragma: no cover - exec does not return
+
+
+def _policy_name(text: str) -> str:
+    try:
+        return _policy.check(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _targets(text: str) -> frozenset[str]:
+    try:
+        return _env.parse_disabled(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:
@@ -88,18 +198,48 @@ def _shape(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def main(argv: list[str] | None = None) -> int:
+def _json_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                         help="the full record as JSON: on stdout (text to stderr), or written to PATH")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="cleanflush", description="Make GPU kernel benchmarks start from a cold and clean L2.")
-    parser.add_argument("--version", action="version", version=f"cleanflush {cleanflush.__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    status = commands.add_parser("status", help="which benchmarkers are patched, and why not (no GPU needed)")
-    status.add_argument("--json", action="store_true", help="print the status as JSON")
+        prog="cleanflush",
+        description="Make GPU kernel benchmarks start from a cold and clean L2. "
+                    f"{ENV_VAR}=1 turns it on for a program and its children without a code change.",
+        epilog="exit codes: 0 success, 1 check failed, 2 usage error, 3 cannot run here")
+    parser.add_argument("-V", "--version", action="version", version=f"cleanflush {cleanflush.__version__}")
+    commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
+
+    status = commands.add_parser(
+        "status", help="what a program started from this shell would get (no GPU needed)",
+        description="What a Python program started from this shell would get: the policy CLEANFLUSH "
+                    "asks for, whether the autoload is installed in this interpreter, and per target the "
+                    "installed version, whether it would be patched and why not.")
+    _json_option(status)
+    status.add_argument("--check", action="store_true",
+                        help="exit 1 when the settings are invalid or an installed target cannot be patched")
+
+    run = commands.add_parser(
+        "run", help="run a command with cleanflush on, in it and every Python child",
+        description="Check the policy, then replace this process with COMMAND, run with CLEANFLUSH set: "
+                    "every Python process it starts is patched from its first import of torch or triton.",
+        usage="cleanflush run [--policy P] [--report FILE] [--disable TARGETS] -- COMMAND [ARGS...]")
+    run.add_argument("--policy", type=_policy_name, default=_policy.DEFAULT_POLICY,
+                     help=f"{', '.join(_policy.POLICIES)} (default {_policy.DEFAULT_POLICY})")
+    run.add_argument("--report", metavar="FILE", help=f"each process that flushed appends a JSON line ({REPORT_VAR})")
+    run.add_argument("--disable", type=_targets, metavar="TARGETS",
+                     help=f"comma-separated targets to keep stock: {', '.join(_env.TARGET_NAMES)} ({DISABLE_VAR})")
+    run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
     verify = commands.add_parser(
-        "verify", help="time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect")
+        "verify", help="time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect",
+        epilog="exit codes: 0 PASS or NO-PENALTY, 1 FAIL, 2 usage error, 3 cannot run here (no CUDA GPU, "
+               "no torch or triton)")
     verify.add_argument("--shape", type=_shape, default=(4096, 4096), metavar="N,K",
                         help="weight shape N,K of F.linear(x[1,K], W[N,K]) (default 4096,4096)")
-    verify.add_argument("--dtype", choices=_verify.DTYPES, default="bfloat16")
+    verify.add_argument("--dtype", choices=_verify.DTYPES, default="bfloat16", help="(default bfloat16)")
     verify.add_argument("--device", type=_non_negative, default=0, help="CUDA device index (default 0)")
     verify.add_argument("--rounds", type=_positive, default=5, help="interleaved rounds (default 5)")
     verify.add_argument("--ncu", action="store_true",
@@ -107,19 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--controls", action="store_true",
                         help="also time deliberately broken flushes, which must be judged FAIL, next to "
                              "write-read and read, which must PASS: shows that the verdict means something here")
-    verify.add_argument("--json", dest="json_path", metavar="PATH", help="write the full record as JSON")
-    args = parser.parse_args(argv)
+    _json_option(verify)
+    return parser
 
-    if args.command == "verify":
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.name == "verify":
         n, k = args.shape
         return _verify.run(_verify.Options(n=n, k=k, dtype=args.dtype, device=args.device, rounds=args.rounds,
-                                           ncu=args.ncu, controls=args.controls, json_path=args.json_path))
-
-    if args.command == "status":
-        data = collect_status()
-        print(json.dumps(data, indent=2) if args.json else format_status(data))
-        return 0
-    return 2  # pragma: no cover - argparse rejects unknown commands
+                                           ncu=args.ncu, controls=args.controls, json_path=args.json))
+    if args.name == "run":
+        return _run(args, parser)
+    return _status(args)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from ._policy import DEFAULT_POLICY, ENV_VAR, POLICIES
 DISABLE_VAR = "CLEANFLUSH_DISABLE"
 TARGET_NAMES = ("triton", "inductor")
 
-_OFF = ("0", "off")
-_ON = ("1", "on")
+# the off spellings must match _cleanflush_boot._OFF, which reads them before any import
+_OFF = ("0", "off", "false", "no")
+_ON = ("1", "on", "true", "yes")
 VALID_VALUES = ", ".join(_OFF + _ON + POLICIES)
 
 

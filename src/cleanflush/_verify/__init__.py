@@ -36,7 +36,9 @@ def _writable(path: str) -> str | None:
 
 
 def _write_json(path: str | None, data: dict[str, Any]) -> None:
-    if path:
+    if path == "-":
+        print(json.dumps(data, indent=2))
+    elif path:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
 
@@ -49,7 +51,7 @@ def run(options: Options) -> int:
     def progress(step: str) -> None:
         print(f"[{time.perf_counter() - start:5.1f} s] {step}", file=sys.stderr, flush=True)
 
-    if options.json_path and (problem := _writable(options.json_path)):
+    if options.json_path not in (None, "-") and (problem := _writable(options.json_path)):
         print(f"cleanflush verify: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -67,6 +69,6 @@ def run(options: Options) -> int:
         text = report.format_report(record, judged)
     record["verdict"] = judged
     record["elapsed_s"] = round(time.perf_counter() - start, 1)
-    print(text)
+    print(text, file=sys.stderr if options.json_path == "-" else sys.stdout)  # stdout holds the JSON then
     _write_json(options.json_path, record)
     return int(judged["exit_code"])
