@@ -148,9 +148,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("run needs a command after --, e.g. cleanflush run -- python tune.py")
+    command = _command(args, parser)
     env = dict(os.environ, **{ENV_VAR: args.policy})
     if args.report:
         env[REPORT_VAR] = os.path.abspath(args.report)
@@ -162,6 +160,23 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"cleanflush run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         return 127 if isinstance(exc, FileNotFoundError) else 126
     return 0  # pragma: no cover - exec does not return
+
+
+def _command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    command: list[str] = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error(f"{args.name} needs a command after --, e.g. cleanflush {args.name} -- python tune.py")
+    return command
+
+
+def _ab_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from . import _ab
+
+    if args.policy == _ab.STOCK:
+        parser.error("ab compares the stock flush with a clean one: --policy write-read or read")
+    result, code = _ab.run(_command(args, parser), args.policy, args.runs, args.figure, args.keep)
+    _emit(result, _ab.format_report(result), args.json)
+    return code
 
 
 def _policy_name(text: str) -> str:
@@ -233,6 +248,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"comma-separated targets to keep stock: {', '.join(_env.TARGET_NAMES)} ({DISABLE_VAR})")
     run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
+    ab = commands.add_parser(
+        "ab", help="run a command with the stock flush and with a clean one; show which autotuning "
+                   "decisions the dirty flush changed",
+        description="Run COMMAND with the stock flush and with a clean policy (RUNS times each, interleaved), "
+                    "each run with fresh private Triton and Inductor caches so that it really tunes; record "
+                    "every autotuning decision (Triton's Autotuner, Inductor's max-autotune), workers included; "
+                    "report which decisions changed and what the stock pick costs by the clean timing.",
+        usage="cleanflush ab [--policy P] [--runs N] [--figure PNG] [--json [PATH]] [--keep DIR] -- COMMAND [ARGS...]",
+        epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error")
+    ab.add_argument("--policy", type=_policy_name, default=_policy.DEFAULT_POLICY,
+                    help=f"the clean side: write-read or read (default {_policy.DEFAULT_POLICY})")
+    ab.add_argument("--runs", type=_positive, default=1, help="runs of each side, interleaved (default 1)")
+    ab.add_argument("--figure", metavar="PNG", help="draw the comparison (needs matplotlib)")
+    ab.add_argument("--keep", metavar="DIR", help="keep each run's decisions and caches in DIR (default: a temp dir)")
+    _json_option(ab)
+    ab.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
     verify = commands.add_parser(
         "verify", help="time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect",
         epilog="exit codes: 0 PASS or NO-PENALTY, 1 FAIL, 2 usage error, 3 cannot run here (no CUDA GPU, "
@@ -260,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                                            ncu=args.ncu, controls=args.controls, json_path=args.json))
     if args.name == "run":
         return _run(args, parser)
+    if args.name == "ab":
+        return _ab_command(args, parser)
     return _status(args)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import metadata
 
-from . import inductor, triton
+from . import decisions, inductor, triton
 
-TARGETS = (triton, inductor)
+TARGETS = (triton, inductor, decisions)
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,213 @@
+"""``cleanflush ab -- COMMAND``: run the user's own job with the stock flush and with a clean
+one, and show which autotuning decisions the dirty flush changed.
+
+Each run gets fresh, private cache folders (Triton's kernel and autotuning caches, Inductor's
+FX and autotune caches, with Inductor's caches forced off), so every run really tunes; the
+command itself is not changed, and its output passes through.  The decisions come from
+``CLEANFLUSH_DECISIONS`` (patches/decisions.py), which every process of the run appends to,
+autotuning workers included.  ``compare`` needs no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from typing import Any
+
+from ._policy import DEFAULT_POLICY
+from ._stats import quartiles
+from .patches.decisions import DECISIONS_VAR
+
+SCHEMA = 1
+STOCK = "write"
+
+
+def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
+    """The environment of one run: its policy, its decisions file, caches of its own."""
+    os.makedirs(folder, exist_ok=True)
+    return {
+        **base,
+        "CLEANFLUSH": policy,
+        DECISIONS_VAR: os.path.join(folder, "decisions.jsonl"),
+        "TRITON_CACHE_DIR": os.path.join(folder, "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"),
+        "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
+    }
+
+
+def read_decisions(path: str) -> list[dict[str, Any]]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _key(d: dict[str, Any]) -> tuple[str, str, str]:
+    return d["kind"], d["op"], d["key"]
+
+
+def _modal(winners: list[str]) -> str:
+    counts = Counter(winners)
+    best = max(counts.values())
+    return next(w for w in winners if counts[w] == best)  # ties: the earliest run's
+
+
+def compare(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Match every decision across the runs and say which ones the dirty flush changed.
+
+    Per decision (kind, op, key): each side's winner is the one most runs picked; each
+    choice's timing is the median over that side's runs.  A changed decision's cost is how
+    much slower the stock winner is than the clean winner under the clean timing.
+    """
+    def by_key(runs: list[list[dict[str, Any]]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+        found: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for run in runs:
+            seen = set()
+            for d in run:
+                if _key(d) not in seen and d.get("winner") is not None:  # first tuning of a key per run
+                    seen.add(_key(d))
+                    found.setdefault(_key(d), []).append(d)
+        return found
+
+    stock, clean = by_key(stock_runs), by_key(clean_runs)
+    decisions, ratios = [], []
+    for key in [k for k in stock if k in clean]:
+        s_time = _medians(stock[key])
+        c_time = _medians(clean[key])
+        s_win, c_win = _modal([d["winner"] for d in stock[key]]), _modal([d["winner"] for d in clean[key]])
+        both = [label for label in c_time if label in s_time and c_time[label] > 0]
+        ratios += [s_time[label] / c_time[label] for label in both]
+        cost = (c_time[s_win] / c_time[c_win] - 1) if s_win in c_time and c_time.get(c_win) else None
+        decisions.append({
+            "kind": key[0], "op": key[1], "key": key[2], "changed": s_win != c_win,
+            "stock_winner": s_win, "clean_winner": c_win, "stock_winner_slower_by": cost,
+            "choices": len(both),
+            "timings_ms": {label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
+        })
+    changed = sorted((d for d in decisions if d["changed"]), key=lambda d: -(d["stock_winner_slower_by"] or 0))
+    q1, median, q3 = quartiles(ratios) if ratios else (None, None, None)
+    return {
+        "decisions": decisions,
+        "changed": changed,
+        "only_stock": [list(k) for k in stock if k not in clean],
+        "only_clean": [list(k) for k in clean if k not in stock],
+        "ratio_stock_over_clean": {"n": len(ratios), "q1": q1, "median": median, "q3": q3,
+                                   "values": ratios},
+    }
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    labels = [label for label in runs[0]["timings_ms"] if all(label in d["timings_ms"] for d in runs)]
+    return {label: statistics.median(d["timings_ms"][label] for d in runs) for label in labels}
+
+
+def _short(label: str, width: int = 60) -> str:
+    return label if len(label) <= width else label[: width - 3] + "..."
+
+
+def format_report(result: dict[str, Any]) -> str:
+    cmp = result["comparison"]
+    kinds = Counter(d["kind"] for d in cmp["decisions"])
+    lines = [
+        f"cleanflush ab: {' '.join(result['command'])}",
+        f"  stock flush ({STOCK}) against {result['policy']}, {result['runs']} run(s) each, interleaved, "
+        "fresh caches per run",
+        "",
+        f"autotuning decisions matched in both: {len(cmp['decisions'])} "
+        f"(Triton autotuner {kinds.get('triton', 0)}, Inductor max-autotune {kinds.get('inductor', 0)})",
+    ]
+    if not cmp["decisions"]:
+        lines.append("no autotuning decision was recorded: does the command autotune (Triton @autotune, "
+                     "torch.compile mode='max-autotune')?")
+    elif not cmp["changed"]:
+        lines.append("the dirty flush did not change any decision here")
+    else:
+        lines.append(f"changed by the dirty flush: {len(cmp['changed'])} of {len(cmp['decisions'])}")
+        for d in cmp["changed"]:
+            cost = d["stock_winner_slower_by"]
+            slower = f"{cost:+.1%} slower by the clean timing" if cost is not None else "not timed in the clean run"
+            lines += [f"  {d['kind']} {d['op']} [{d['key']}]",
+                      f"    stock picked {_short(d['stock_winner'])}: {slower}",
+                      f"    clean picked {_short(d['clean_winner'])}"]
+    r = cmp["ratio_stock_over_clean"]
+    if r["n"]:
+        lines.append(f"stock / clean timing over all {r['n']} choices: median {r['median']:.3f} "
+                     f"(q1 {r['q1']:.3f}, q3 {r['q3']:.3f})")
+    for side in ("only_stock", "only_clean"):
+        if cmp[side]:
+            lines.append(f"decisions made only in the {side[5:]} runs: {len(cmp[side])}")
+    if result.get("figure"):
+        lines.append(f"figure: {result['figure']}")
+    failed = [r for r in result["run_codes"] if r["code"] != 0]
+    for r in failed:
+        lines.append(f"run {r['index']} ({r['policy']}) exited with code {r['code']}")
+    return "\n".join(lines)
+
+
+def draw(result: dict[str, Any], path: str) -> str | None:
+    """The figure: the stock/clean ratio of every choice, and the cost of each changed
+    decision.  None (and the reason in the report) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no figure (pip install matplotlib)"
+    cmp = result["comparison"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    values = cmp["ratio_stock_over_clean"]["values"]
+    left.hist(values or [1.0], bins=30, color="#888")
+    left.axvline(1.0, color="k", lw=1)
+    left.set_xlabel("stock / clean timing of each choice")
+    left.set_ylabel("choices")
+    left.set_title(f"{len(values)} choices in {len(cmp['decisions'])} decisions")
+    changed = cmp["changed"]
+    if changed:
+        labels = [f"{d['op'].split('.')[-1]} [{d['key'][:24]}]" for d in changed]
+        costs = [100 * (d["stock_winner_slower_by"] or 0) for d in changed]
+        right.barh(range(len(costs)), costs, color="#c44")
+        right.set_yticks(range(len(costs)), labels, fontsize=7)
+        right.invert_yaxis()
+        right.set_xlabel("stock winner slower than clean winner, by the clean timing (%)")
+    else:
+        right.text(0.5, 0.5, "the dirty flush did not\nchange any decision", ha="center", va="center")
+        right.set_axis_off()
+    right.set_title(f"changed decisions: {len(changed)}")
+    fig.suptitle(f"cleanflush ab: stock ({STOCK}) vs {result['policy']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def run(command: list[str], policy: str = DEFAULT_POLICY, runs: int = 1, figure: str | None = None,
+        keep: str | None = None) -> tuple[dict[str, Any], int]:
+    """Run ``command`` ``runs`` times under each flush, interleaved; return (record, exit code)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("CLEANFLUSH", DECISIONS_VAR)}
+    work = keep or tempfile.mkdtemp(prefix="cleanflush-ab-")
+    sides: dict[str, list[list[dict[str, Any]]]] = {STOCK: [], policy: []}
+    codes = []
+    index = 0
+    for r in range(runs):
+        for side in (STOCK, policy):
+            index += 1
+            folder = os.path.join(work, f"run{index}-{side}")
+            print(f"cleanflush ab: run {index} of {2 * runs}: {side}", file=sys.stderr, flush=True)
+            code = subprocess.run(command, env=run_env(base, side, folder)).returncode
+            codes.append({"index": index, "policy": side, "code": code})
+            sides[side].append(read_decisions(os.path.join(folder, "decisions.jsonl")))
+    result: dict[str, Any] = {
+        "schema": SCHEMA, "command": command, "policy": policy, "runs": runs, "work_dir": work,
+        "run_codes": codes, "comparison": compare(sides[STOCK], sides[policy]),
+    }
+    if figure:
+        problem = draw(result, figure)
+        result["figure"] = problem or figure
+    failed = any(c["code"] != 0 for c in codes)
+    return result, 1 if failed else 0

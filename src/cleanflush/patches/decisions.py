@@ -1,0 +1,148 @@
+"""Autotuning decisions, recorded for ``cleanflush ab``: not a flush target.
+
+Active only while ``CLEANFLUSH_DECISIONS`` names a file (``cleanflush ab`` sets it for each
+run of the user's command; children inherit it). Each decision is appended to that file as
+one JSON line when it is made, in whichever process makes it:
+
+* Triton's ``Autotuner.run``: after a call that benchmarked (a new key in its cache), the
+  key, every config's timing and the winner.
+* Inductor's algorithm selection (max-autotune): a feedback saver registered with
+  ``select_algorithm.add_feedback_saver`` gets every choice's timing per op and input shape;
+  the winner is the fastest, as Inductor picks it.
+
+Choices are named by what they are, not by per-process counters (``triton_mm_12``), so the
+same choice can be matched across runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from .. import _patching
+from .._policy import current_policy
+from .._state import TargetStatus, record, warn_once
+
+NAME = "decisions"
+PACKAGE = "cleanflush"  # its status rows are its own, never a flush target's
+DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
+AUTOTUNER = "triton.runtime.autotuner"
+SELECT = "torch._inductor.select_algorithm"
+HOOKS = (AUTOTUNER, SELECT)
+
+_patches = _patching.PatchSet()
+_registered: list[Any] = []  # (selector cache, our feedback fn) while registered
+
+
+def _path() -> str | None:
+    return os.environ.get(DECISIONS_VAR) or None
+
+
+def write(decision: dict[str, Any]) -> None:
+    """Append one decision to ``CLEANFLUSH_DECISIONS``; a failure is said once, never raised."""
+    path = _path()
+    if path is None:
+        return
+    line = {"pid": os.getpid(), "policy": current_policy(), **decision}
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+    except Exception as exc:
+        warn_once("decisions:write", f"could not record an autotuning decision in {path!r} ({exc})")
+
+
+def _ms(value: Any) -> float:
+    """A timing as the autotuner keeps it (a float, or [median, p20, p80])."""
+    return float(value[0] if isinstance(value, (list, tuple)) else value)
+
+
+def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) -> dict[str, Any]:
+    fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
+    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
+    return {"kind": "triton", "op": name, "key": repr(key),
+            "timings_ms": {str(config): _ms(t) for config, t in timings.items()}, "winner": str(winner)}
+
+
+def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    cache = getattr(instance, "cache", None)
+    before = set(cache) if isinstance(cache, dict) else None
+    result = wrapped(*args, **kwargs)
+    try:
+        if before is not None:
+            for key in set(instance.cache) - before:
+                write(triton_decision(instance, key, dict(getattr(instance, "configs_timings", {}) or {}),
+                                      instance.cache[key]))
+    except Exception as exc:
+        warn_once("decisions:triton", f"could not read a Triton autotuning decision ({exc!r})")
+    return result
+
+
+def choice_label(choice: Any) -> str:
+    """A name for a choice that is the same in every process: its kind, without Inductor's
+    running index, and its description (the config)."""
+    name = re.sub(r"_\d+$", "", str(getattr(choice, "name", type(choice).__name__)))
+    description = str(getattr(choice, "description", "") or "")
+    return f"{name} {description}".strip()
+
+
+def _shape(node: Any) -> str:
+    try:
+        return f"{'x'.join(str(s) for s in node.get_size())} {node.get_dtype()}".replace("torch.", "")
+    except Exception:
+        return type(node).__name__
+
+
+def inductor_decision(timings: dict[Any, float], name: str, input_nodes: list[Any]) -> dict[str, Any]:
+    labelled = {choice_label(choice): float(t) for choice, t in timings.items()}
+    finite = {label: t for label, t in labelled.items() if t == t and t != float("inf")}
+    winner = min(finite, key=finite.__getitem__) if finite else None
+    return {"kind": "inductor", "op": name, "key": ", ".join(_shape(n) for n in input_nodes),
+            "timings_ms": labelled, "winner": winner}
+
+
+def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) -> None:
+    try:
+        write(inductor_decision(dict(timings), str(name), list(input_nodes)))
+    except Exception as exc:
+        warn_once("decisions:inductor", f"could not read an Inductor autotuning decision ({exc!r})")
+
+
+def apply() -> None:
+    if _path() is None:
+        return
+    autotuner = sys.modules.get(AUTOTUNER)
+    cls = getattr(autotuner, "Autotuner", None)
+    if cls is not None and "run" in vars(cls):
+        _patches.wrap(cls, "run", _autotuner_run)
+        record(TargetStatus("triton Autotuner.run (decisions)", PACKAGE, None, True,
+                            f"autotuning decisions recorded in {_path()}"))
+    select = sys.modules.get(SELECT)
+    if select is not None and hasattr(select, "get_algorithm_selector_cache") and not _registered:
+        cache = select.get_algorithm_selector_cache()
+        if hasattr(cache, "add_feedback_saver"):
+            cache.add_feedback_saver(_inductor_feedback)
+            _registered.append(cache)
+            record(TargetStatus("Inductor select_algorithm (decisions)", PACKAGE, None, True,
+                                f"autotuning decisions recorded in {_path()}"))
+
+
+def revert() -> None:
+    from .._state import mark_uninstalled
+
+    _patches.revert()
+    mark_uninstalled(PACKAGE)
+    while _registered:
+        cache = _registered.pop()
+        fns = getattr(cache, "feedback_saver_fns", None)
+        if isinstance(fns, list) and _inductor_feedback in fns:
+            fns.remove(_inductor_feedback)
+
+
+def status() -> list[TargetStatus]:
+    """Rows only while recording is on (recorded by ``apply``)."""
+    from .._state import STATE
+
+    return [row for row in STATE.targets.values() if row.package == PACKAGE and row.patched]

@@ -1,0 +1,192 @@
+"""`cleanflush ab` on CPU: decision capture from the real Triton Autotuner (through Triton's
+interpreter) and the real Inductor selector's feedback hook, the comparison, the report,
+cache isolation, and the whole command end to end."""
+
+import json
+import os
+import sys
+
+import pytest
+
+import cleanflush
+from cleanflush import _ab
+from cleanflush.patches import decisions
+
+from .conftest import run_python
+
+pytest.importorskip("triton")
+pytest.importorskip("numpy")  # Triton's interpreter needs it
+
+# A real @triton.autotune kernel run through Triton's interpreter on CPU tensors.  The
+# timings come from a do_bench of the test's own (the autotuner takes one): under the stock
+# flush the 16-wide config looks fastest, under a clean one the 64-wide one, as a dirty L2
+# favours the kernel that moves fewer bytes.
+TUNED = """
+import json, os, sys
+import torch, triton, triton.language as tl
+
+CLEAN = os.environ.get("CLEANFLUSH") != "write"
+TIMES = {16: (2.0, 1.5), 64: (1.2, 1.8)}  # BLOCK -> (clean ms, stock ms)
+calls = []
+
+def fake_bench(kernel_call, quantiles=None, **kw):
+    kernel_call()  # the kernel really runs, through the interpreter
+    block = calls[-1] if calls else 16
+    t = TIMES[block][0 if CLEAN else 1]
+    return [t, t, t]
+
+def pre(nargs):
+    calls.append(nargs["BLOCK"])
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}, pre_hook=pre), triton.Config({"BLOCK": 64}, pre_hook=pre)],
+                 key=["n"], do_bench=fake_bench, restore_value=["x_ptr"])
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=m) + 1, mask=m)
+
+for n in (256, 256, 512):  # the second call hits the autotuner's cache: no new decision
+    x = torch.zeros(n)
+    add_one[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, n)
+    assert float(x.sum()) == n
+print("best", add_one.best_config, "cache", os.environ.get("TRITON_CACHE_DIR"))
+"""
+
+
+def test_triton_autotuner_decisions_are_recorded(tmp_path):
+    path = tmp_path / "d.jsonl"
+    child = run_python(TUNED, {"CLEANFLUSH": "1", "CLEANFLUSH_DECISIONS": str(path), "TRITON_INTERPRET": "1"})
+    assert child.returncode == 0, child.stderr[-3000:]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [d["key"] for d in lines] == ["(256, 'torch.float32')", "(512, 'torch.float32')"]
+    first = lines[0]
+    assert first["kind"] == "triton" and first["op"].endswith(".add_one") and first["policy"] == "write-read"
+    assert set(first["timings_ms"].values()) == {2.0, 1.2}
+    assert "BLOCK: 64" in first["winner"] and first["timings_ms"][first["winner"]] == 1.2
+    assert first["winner"] in child.stdout  # the autotuner's own best_config
+
+
+def test_nothing_is_recorded_without_the_variable(tmp_path):
+    child = run_python(TUNED, {"CLEANFLUSH": "1", "TRITON_INTERPRET": "1"})
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert not list(tmp_path.iterdir())
+
+
+class Choice:
+    def __init__(self, name, description=""):
+        self.name, self.description = name, description
+
+
+class Node:
+    def __init__(self, size):
+        self.size = size
+
+    def get_size(self):
+        return self.size
+
+    def get_dtype(self):
+        return "torch.bfloat16"
+
+
+def test_inductor_feedback_saver_is_registered_records_and_is_removed(tmp_path, monkeypatch):
+    select = pytest.importorskip("torch._inductor.select_algorithm")
+    path = tmp_path / "d.jsonl"
+    monkeypatch.setenv("CLEANFLUSH_DECISIONS", str(path))
+    cleanflush.uninstall()
+    cleanflush.install()
+    savers = select.get_algorithm_selector_cache().feedback_saver_fns
+    ours = [fn for fn in savers if fn is decisions._inductor_feedback]
+    assert len(ours) == 1
+    timings = {Choice("triton_mm_12", "BLOCK_M=16, BLOCK_N=32"): 0.020, Choice("mm"): 0.015,
+               Choice("triton_mm_13", "BLOCK_M=64, BLOCK_N=64"): float("inf")}
+    ours[0](timings, "mm", [Node([1, 4096]), Node([4096, 4096])], list(timings), lambda: {}, {})
+    line = json.loads(path.read_text())
+    assert line["kind"] == "inductor" and line["op"] == "mm"
+    assert line["key"] == "1x4096 bfloat16, 4096x4096 bfloat16"
+    assert line["winner"] == "mm"
+    assert "triton_mm BLOCK_M=16, BLOCK_N=32" in line["timings_ms"]  # the running index is gone
+    cleanflush.uninstall()
+    assert decisions._inductor_feedback not in select.get_algorithm_selector_cache().feedback_saver_fns
+
+
+def decision(op, key, timings, kind="triton"):
+    return {"kind": kind, "op": op, "key": key, "timings_ms": timings, "winner": min(timings, key=timings.get)}
+
+
+def test_compare_finds_the_changed_decision_and_its_cost():
+    stock = [[decision("k", "256", {"a": 1.5, "b": 1.8}), decision("j", "1", {"x": 2.0, "y": 3.0})]]
+    clean = [[decision("k", "256", {"a": 2.0, "b": 1.2}), decision("j", "1", {"x": 1.6, "y": 2.5})]]
+    cmp = _ab.compare(stock, clean)
+    assert len(cmp["decisions"]) == 2
+    [changed] = cmp["changed"]
+    assert (changed["op"], changed["stock_winner"], changed["clean_winner"]) == ("k", "a", "b")
+    assert changed["stock_winner_slower_by"] == pytest.approx(2.0 / 1.2 - 1)
+    ratios = sorted(cmp["ratio_stock_over_clean"]["values"])
+    assert ratios == pytest.approx(sorted([1.5 / 2.0, 1.8 / 1.2, 2.0 / 1.6, 3.0 / 2.5]))
+
+
+def test_compare_over_several_runs_takes_the_usual_winner_and_median_timings():
+    stock = [[decision("k", "1", {"a": 1.0, "b": 2.0})], [decision("k", "1", {"a": 3.0, "b": 2.0})],
+             [decision("k", "1", {"a": 1.0, "b": 2.0})]]
+    clean = [[decision("k", "1", {"a": 1.0, "b": 2.0})]] * 3
+    cmp = _ab.compare(stock, clean)
+    assert cmp["changed"] == []  # "a" in two of three stock runs, as in every clean run
+    assert cmp["decisions"][0]["timings_ms"]["a"] == {"stock": 1.0, "clean": 1.0}
+
+
+def test_report_says_when_nothing_changed_and_when_nothing_was_tuned():
+    same = [[decision("k", "1", {"a": 1.0, "b": 2.0})]]
+    result = {"command": ["python", "x.py"], "policy": "write-read", "runs": 1, "run_codes": [],
+              "comparison": _ab.compare(same, same)}
+    assert "the dirty flush did not change any decision here" in _ab.format_report(result)
+    result["comparison"] = _ab.compare([[]], [[]])
+    assert "no autotuning decision was recorded" in _ab.format_report(result)
+
+
+def test_every_run_gets_caches_of_its_own(tmp_path):
+    a = _ab.run_env({}, "write", str(tmp_path / "1"))
+    b = _ab.run_env({}, "write-read", str(tmp_path / "2"))
+    for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CLEANFLUSH_DECISIONS"):
+        assert a[key] != b[key]
+    assert a["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1" and (a["CLEANFLUSH"], b["CLEANFLUSH"]) == ("write", "write-read")
+
+
+def test_ab_end_to_end_finds_the_flip(tmp_path):
+    script = tmp_path / "tune.py"
+    script.write_text(TUNED)
+    out = tmp_path / "ab.json"
+    child = run_python(
+        "import sys\nfrom cleanflush.__main__ import main\n"
+        f"sys.exit(main(['ab', '--runs', '2', '--keep', {str(tmp_path / 'runs')!r}, '--json', {str(out)!r}, "
+        f"'--figure', {str(tmp_path / 'ab.png')!r}, '--', sys.executable, {str(script)!r}]))",
+        {"TRITON_INTERPRET": "1"})
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.count("best") == 4  # the command ran 4 times, its output untouched
+    caches = {line.split("cache ")[1] for line in child.stdout.splitlines() if line.startswith("best")}
+    assert len(caches) == 4  # a fresh cache folder per run
+    assert "changed by the dirty flush: 2 of 2" in child.stdout
+    assert "+66.7% slower by the clean timing" in child.stdout
+    data = json.loads(out.read_text())
+    assert [r["policy"] for r in data["run_codes"]] == ["write", "write-read"] * 2
+    assert len(data["comparison"]["changed"]) == 2
+    if data.get("figure") == str(tmp_path / "ab.png"):
+        assert os.path.getsize(tmp_path / "ab.png") > 1000
+    else:
+        assert "matplotlib is not installed" in data["figure"]
+
+
+def test_ab_reports_a_failed_run(tmp_path):
+    child = run_python("import sys\nfrom cleanflush.__main__ import main\n"
+                       "sys.exit(main(['ab', '--', sys.executable, '-c', 'raise SystemExit(3)']))")
+    assert child.returncode == 1
+    assert "exited with code 3" in child.stdout
+    assert "no autotuning decision was recorded" in child.stdout
+
+
+def test_ab_refuses_the_stock_policy_as_the_clean_side():
+    child = run_python("import sys\nfrom cleanflush.__main__ import main\n"
+                       "sys.exit(main(['ab', '--policy', 'write', '--', sys.executable, '-c', 'pass']))")
+    assert child.returncode == 2 and "write-read or read" in child.stderr
+    assert sys.executable  # (the command never ran: nothing printed on stdout)
+    assert child.stdout == ""
