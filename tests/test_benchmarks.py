@@ -99,3 +99,18 @@ def test_cli_names_the_valid_studies():
     out = subprocess.run([sys.executable, "-m", "benchmarks", "methods", "--shapes", "4096by4096"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "4096x4096" in out.stderr
+
+
+def test_controls_summary_counts_wrong_verdicts():
+    from benchmarks.controls_summary import summary
+
+    def record(control_result):
+        return {"verdict": {"candidates": {
+            "write-read": {"result": "PASS", "margin": 0.4},
+            "control: stock write": {"result": control_result, "margin": -0.6 if control_result == "FAIL" else 0.1},
+        }}, "ncu": {"write-read": 0.02, "control: stock write": 11.0}}
+
+    text = summary([record("FAIL"), record("PASS")])
+    assert "1 wrong verdicts of 4" in text and "run 2: control: stock write judged PASS" in text
+    row = next(line for line in text.splitlines() if line.startswith("control: stock write"))
+    assert "+0.10" in row and "11.000-11.000" in row  # the tightest margin is the wrong one

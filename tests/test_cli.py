@@ -53,6 +53,10 @@ def test_status_check_exit_codes(tmp_path):
     assert bad.returncode == 1 and "check: FAIL" in bad.stdout and "'fast'" in bad.stdout
     disabled = cli(["status", "--check"], {"CLEANFLUSH_DISABLE": "tritn"})
     assert disabled.returncode == 1 and "tritn" in disabled.stdout
+    # limited to named targets: an unsupported one elsewhere does not count, a missing name does
+    assert cli(["status", "--check", "CudaDriver,InductorBenchmarker"]).returncode == 0
+    missing = cli(["status", "--check", "CudaDriver,NoSuchBenchmarker"])
+    assert missing.returncode == 1 and "NoSuchBenchmarker: no such target here" in missing.stdout
     # nothing to patch at all: a CI gate must see it
     nothing = run_python(
         "import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"

@@ -94,12 +94,16 @@ def collect_status() -> dict[str, Any]:
     }
 
 
-def status_problems(data: dict[str, Any]) -> list[str]:
-    """What `status --check` fails on: an invalid setting, or a target that cannot be patched."""
+def status_problems(data: dict[str, Any], wanted: list[str] | None = None) -> list[str]:
+    """What `status --check` fails on: an invalid setting, or a target that cannot be patched
+    (among those whose name contains one of ``wanted``, when given)."""
     problems = [data["programs_get"]] if data["programs_get"].startswith("INVALID") else []
     problems += [d for d in data["disabled"] if d.startswith("INVALID")]
-    problems += [f"{t['target']}: {t['detail']}" for t in data["targets"] if t["detail"].startswith(_PROBLEMS)]
-    if not any(t["patched"] for t in data["targets"]):
+    targets = [t for t in data["targets"] if not wanted or any(w in t["target"] for w in wanted)]
+    problems += [f"{t['target']}: {t['detail']}" for t in targets if t["detail"].startswith(_PROBLEMS)]
+    if wanted:
+        problems += [f"{w}: no such target here" for w in wanted if not any(w in t["target"] for t in targets)]
+    if not any(t["patched"] for t in targets):
         problems.append("no benchmarker here can be patched (is torch or triton installed?)")
     return problems
 
@@ -138,7 +142,8 @@ def _emit(data: dict[str, Any], text: str, json_path: str | None) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     data = collect_status()
-    problems = status_problems(data)
+    wanted = [w.strip() for w in args.check.split(",") if w.strip()] if args.check not in (None, "all") else None
+    problems = status_problems(data, wanted)
     data["problems"] = problems
     text = format_status(data)
     if args.check:
@@ -233,8 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "asks for, whether the autoload is installed in this interpreter, and per target the "
                     "installed version, whether it would be patched and why not.")
     _json_option(status)
-    status.add_argument("--check", action="store_true",
-                        help="exit 1 when the settings are invalid or an installed target cannot be patched")
+    status.add_argument("--check", nargs="?", const="all", metavar="TARGETS",
+                        help="exit 1 when the settings are invalid or an installed target cannot be patched; "
+                             "TARGETS (comma-separated parts of target names, e.g. CudaDriver,InductorBenchmarker) "
+                             "limits it to those")
 
     run = commands.add_parser(
         "run", help="run a command with cleanflush on, in it and every Python child",
