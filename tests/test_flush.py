@@ -93,3 +93,22 @@ def test_failed_read_falls_back_to_the_stock_write(monkeypatch):
     with cleanflush.policy("read"), pytest.warns(RuntimeWarning, match="fall back to the stock write"):
         _flush.flush(cache, cache.zero_, "fallback-test")
     assert int(cache.sum()) == 0
+
+
+def test_read_buffer_is_allocated_from_a_thread_of_its_own(monkeypatch):
+    # CUDA-graph trees route the calling thread's allocations into a graph pool while they
+    # warm up; the buffer must come from another thread (the GPU proof: the max-autotune
+    # test in tests/gpu).  Here: which thread called the allocator.
+    import threading
+
+    real_zeros = torch.zeros
+    threads = []
+
+    def zeros(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real_zeros(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "zeros", zeros)
+    _flush.release()
+    _flush.prepare(torch.device("cpu"))
+    assert threads == ["cleanflush-prepare", "cleanflush-prepare"]

@@ -81,11 +81,7 @@ def prepare(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
                 # not recorded: the next flush outside capture may still allocate it
                 raise ReadUnavailable("the read buffer cannot be allocated during CUDA graph capture")
             l2 = l2_bytes(device)
-            entry = (
-                torch.zeros(buffer_bytes(l2) // 4, dtype=torch.float32, device=device),
-                torch.zeros((), dtype=torch.float32, device=device),
-                l2,
-            )
+            entry = _allocate_outside_pools(device, buffer_bytes(l2) // 4) + (l2,)
         except ReadUnavailable:
             raise
         except Exception as exc:
@@ -96,9 +92,44 @@ def prepare(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
         return entry
 
 
+def _allocate_outside_pools(device: torch.device, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(read buffer, scalar sink), allocated from a thread of their own.
+
+    Inductor's CUDA-graph trees route every allocation of the *calling thread* into a graph's
+    private memory pool while they warm up or record, and autotuning can run right then (the
+    first flush of a max-autotune run).  A buffer of ours in that pool is "not tracked as an
+    output" and fails the user's compiled function; a fresh thread allocates from the normal
+    pool.  The thread waits for the fill to finish, so the calling stream can use it at once.
+    """
+    import torch
+
+    made: list[Any] = []
+
+    def allocate() -> None:
+        try:
+            buffer = torch.zeros(numel, dtype=torch.float32, device=device)
+            sink = torch.zeros((), dtype=torch.float32, device=device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            made.append((buffer, sink))
+        except BaseException as exc:  # handed to the caller, who says it once
+            made.append(exc)
+
+    thread = threading.Thread(target=allocate, name="cleanflush-prepare", daemon=True)
+    thread.start()
+    thread.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]
+
+
 def release() -> None:
     """Drop the read buffers (uninstall calls this): the memory goes back to the caller."""
     with _prepare_lock:
+        if any(device.type == "cuda" for device in _buffers):
+            import torch
+
+            torch.cuda.synchronize()  # no flush still reading a buffer we let go
         _buffers.clear()
 
 

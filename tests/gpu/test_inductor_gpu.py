@@ -110,3 +110,19 @@ def test_multi_device_autotune_children_flush_cleanly(tmp_path):
     children = run_max_autotune(tmp_path, TORCHINDUCTOR_AUTOTUNE_MULTI_DEVICE="1")
     devices = {child["cuda_visible_devices"] for child in children}
     assert len(devices) >= 2, devices  # one worker per GPU, each flushing cleanly
+
+
+def test_max_autotune_with_cuda_graph_trees_runs_under_the_clean_flush(tmp_path):
+    # Regression (run 18): the first flush of this job runs while Inductor's CUDA-graph trees
+    # route the thread's allocations into a graph pool; a read buffer allocated there failed
+    # the compiled function ("2 tensor(s) in the cudagraph pool not tracked as outputs").
+    job = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "jobs", "decode_max_autotune.py")
+    report = tmp_path / "report.jsonl"
+    env = dict(os.environ, CLEANFLUSH="write-read", CLEANFLUSH_REPORT=str(report),
+               TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    out = subprocess.run([sys.executable, job], env=env, capture_output=True, text=True, timeout=540)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "compiled and checked" in out.stdout
+    flushes = [json.loads(line)["flushes"] for line in report.read_text().splitlines()]
+    assert any(n > 0 and not key.endswith("| write") for f in flushes for key, n in f.items()), flushes
