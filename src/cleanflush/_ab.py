@@ -160,7 +160,7 @@ def draw(result: dict[str, Any], path: str) -> str | None:
     except ImportError:
         return "matplotlib is not installed: no figure (pip install matplotlib)"
     cmp = result["comparison"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 1.2]})
     values = cmp["ratio_stock_over_clean"]["values"]
     left.hist(values or [1.0], bins=30, color="#888")
     left.axvline(1.0, color="k", lw=1)
@@ -169,12 +169,12 @@ def draw(result: dict[str, Any], path: str) -> str | None:
     left.set_title(f"{len(values)} choices in {len(cmp['decisions'])} decisions")
     changed = cmp["changed"]
     if changed:
-        labels = [f"{d['op'].split('.')[-1]} [{d['key'][:24]}]" for d in changed]
+        labels = [f"{d['op'].split('.')[-1]}\n{_short(d['key'], 28)}" for d in changed]
         costs = [100 * (d["stock_winner_slower_by"] or 0) for d in changed]
-        right.barh(range(len(costs)), costs, color="#c44")
+        right.barh(range(len(costs)), costs, height=0.6, color="#c44")
         right.set_yticks(range(len(costs)), labels, fontsize=7)
-        right.invert_yaxis()
-        right.set_xlabel("stock winner slower than clean winner, by the clean timing (%)")
+        right.set_ylim(len(costs) - 0.5, -0.5 - max(0, 2 - len(costs)))
+        right.set_xlabel("stock pick slower, by the clean timing (%)")
     else:
         right.text(0.5, 0.5, "the dirty flush did not\nchange any decision", ha="center", va="center")
         right.set_axis_off()
