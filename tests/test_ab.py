@@ -190,3 +190,30 @@ def test_ab_refuses_the_stock_policy_as_the_clean_side():
     assert child.returncode == 2 and "write-read or read" in child.stderr
     assert sys.executable  # (the command never ran: nothing printed on stdout)
     assert child.stdout == ""
+
+
+def test_inductor_kernel_config_tuning_is_recorded(tmp_path, monkeypatch):
+    # The real CachingAutotuner class, wrapped; its GPU benchmark stood in for by a method
+    # returning launcher timings, as torch 2.13's benchmark_all_configs does.
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    path = tmp_path / "d.jsonl"
+    monkeypatch.setenv("CLEANFLUSH_DECISIONS", str(path))
+    cleanflush.uninstall()
+    cleanflush.install()
+    wrapper = vars(heuristics.CachingAutotuner)["benchmark_all_configs"]
+    assert type(wrapper).__name__ == "FunctionWrapper"
+
+    class Launcher:
+        def __init__(self, config):
+            self.config = config
+
+    tuner = object.__new__(heuristics.CachingAutotuner)
+    tuner.inductor_meta = {"kernel_name": "triton_red_fused_mv_0"}
+    tuner.size_hints = {"x": 4096, "r0_": 4096}
+    fast, slow = Launcher("XBLOCK: 1, R0_BLOCK: 2048, num_warps: 16"), Launcher("XBLOCK: 8, R0_BLOCK: 512, num_warps: 8")
+    monkeypatch.setattr(wrapper, "__wrapped__", lambda *a, **k: {fast: 0.013, slow: 0.019})
+    assert tuner.benchmark_all_configs() == {fast: 0.013, slow: 0.019}
+    line = json.loads(path.read_text())
+    assert (line["kind"], line["op"], line["winner"]) == ("inductor-kernel", "triton_red_fused_mv_0", fast.config)
+    cleanflush.uninstall()
+    assert type(vars(heuristics.CachingAutotuner)["benchmark_all_configs"]).__name__ == "function"

@@ -119,7 +119,8 @@ def format_report(result: dict[str, Any]) -> str:
         "fresh caches per run",
         "",
         f"autotuning decisions matched in both: {len(cmp['decisions'])} "
-        f"(Triton autotuner {kinds.get('triton', 0)}, Inductor max-autotune {kinds.get('inductor', 0)})",
+        f"(Triton autotuner {kinds.get('triton', 0)}, Inductor max-autotune {kinds.get('inductor', 0)}, "
+        f"Inductor kernel configs {kinds.get('inductor-kernel', 0)})",
     ]
     if not cmp["decisions"]:
         lines.append("no autotuning decision was recorded: does the command autotune (Triton @autotune, "

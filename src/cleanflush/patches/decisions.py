@@ -9,6 +9,10 @@ one JSON line when it is made, in whichever process makes it:
 * Inductor's algorithm selection (max-autotune): a feedback saver registered with
   ``select_algorithm.add_feedback_saver`` gets every choice's timing per op and input shape;
   the winner is the fastest, as Inductor picks it.
+* Inductor's own kernels (``CachingAutotuner.benchmark_all_configs``: the configs of each
+  generated Triton kernel, such as the reduction a one-row ``F.linear`` lowers to, which
+  never reaches algorithm selection on torch 2.11): per kernel and size hints, every
+  config's timing and the fastest.
 
 Choices are named by what they are, not by per-process counters (``triton_mm_12``), so the
 same choice can be matched across runs.
@@ -31,7 +35,8 @@ PACKAGE = "cleanflush"  # its status rows are its own, never a flush target's
 DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
 AUTOTUNER = "triton.runtime.autotuner"
 SELECT = "torch._inductor.select_algorithm"
-HOOKS = (AUTOTUNER, SELECT)
+HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+HOOKS = (AUTOTUNER, SELECT, HEURISTICS)
 
 _patches = _patching.PatchSet()
 _registered: list[Any] = []  # (selector cache, our feedback fn) while registered
@@ -80,6 +85,24 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
     return result
 
 
+def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> dict[str, Any]:
+    meta = getattr(tuner, "inductor_meta", None) or {}
+    name = meta.get("kernel_name") or getattr(getattr(tuner, "fn", None), "__name__", "?")
+    labelled = {str(getattr(launcher, "config", launcher)): _ms(t) for launcher, t in timings.items()}
+    finite = {label: t for label, t in labelled.items() if t == t and t != float("inf")}
+    return {"kind": "inductor-kernel", "op": str(name), "key": str(getattr(tuner, "size_hints", "")),
+            "timings_ms": labelled, "winner": min(finite, key=finite.__getitem__) if finite else None}
+
+
+def _benchmark_all_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    timings = wrapped(*args, **kwargs)
+    try:
+        write(kernel_decision(instance, dict(timings)))
+    except Exception as exc:
+        warn_once("decisions:kernel", f"could not read an Inductor kernel's autotuning ({exc!r})")
+    return timings
+
+
 def choice_label(choice: Any) -> str:
     """A name for a choice that is the same in every process: its kind, without Inductor's
     running index, and its description (the config)."""
@@ -118,6 +141,12 @@ def apply() -> None:
     if cls is not None and "run" in vars(cls):
         _patches.wrap(cls, "run", _autotuner_run)
         record(TargetStatus("triton Autotuner.run (decisions)", PACKAGE, None, True,
+                            f"autotuning decisions recorded in {_path()}"))
+    heuristics = sys.modules.get(HEURISTICS)
+    tuner_cls = getattr(heuristics, "CachingAutotuner", None)
+    if tuner_cls is not None and "benchmark_all_configs" in vars(tuner_cls):
+        _patches.wrap(tuner_cls, "benchmark_all_configs", _benchmark_all_configs)
+        record(TargetStatus("Inductor CachingAutotuner.benchmark_all_configs (decisions)", PACKAGE, None, True,
                             f"autotuning decisions recorded in {_path()}"))
     select = sys.modules.get(SELECT)
     if select is not None and hasattr(select, "get_algorithm_selector_cache") and not _registered:
