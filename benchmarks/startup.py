@@ -92,8 +92,12 @@ def run(out: Path, pairs: int = 40) -> Path:
     rss = {name: med("start", f"CLEANFLUSH {name}", "peak_kib") for name in variants}
     after = {m: med("import after torch", m) for m in ("wrapt", "cleanflush")}
     torch_ms = {name: med("import torch", f"CLEANFLUSH {name}") for name in ("unset", "1")}
+    import wrapt
+
     summary = {
         "pairs": pairs,
+        "wrapt": getattr(wrapt, "__version__", None),
+        "cpus": os.cpu_count(),
         "start_ms": start,
         "start_peak_kib": rss,
         "start_extra_ms": {name: start[name] - start["unset"] for name in ("0", "1")},

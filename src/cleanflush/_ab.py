@@ -106,7 +106,7 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, float]:
     return {label: statistics.median(d["timings_ms"][label] for d in runs) for label in labels}
 
 
-def _short(label: str, width: int = 60) -> str:
+def _short(label: str, width: int = 90) -> str:
     return label if len(label) <= width else label[: width - 3] + "..."
 
 
