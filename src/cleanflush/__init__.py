@@ -67,6 +67,13 @@ def _apply(target: Any) -> None:
         warn_once(f"apply:{target.__name__}", reason)
 
 
+def _hook(target: Any) -> Any:
+    def hook(module: Any) -> None:
+        _apply(target)
+
+    return hook
+
+
 def install(policy: str | None = None) -> None:
     """Patch every known benchmarker (now, or when it is imported).  Idempotent.
 
@@ -94,7 +101,7 @@ def _install(policy: str | None, source: str) -> None:
         for target in TARGETS:
             for module in target.HOOKS:
                 # wrapt fires the hook at once if the module is already imported
-                wrapt.register_post_import_hook(lambda _module, target=target: _apply(target), module)
+                wrapt.register_post_import_hook(_hook(target), module)
         return
     for target in TARGETS:
         if any(module in sys.modules for module in target.HOOKS):

@@ -75,7 +75,8 @@ def compare(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[s
         return found
 
     stock, clean = by_key(stock_runs), by_key(clean_runs)
-    decisions, ratios = [], []
+    decisions: list[dict[str, Any]] = []
+    ratios: list[float] = []
     for key in [k for k in stock if k in clean]:
         s_time = _medians(stock[key])
         c_time = _medians(clean[key])
@@ -89,7 +90,7 @@ def compare(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[s
             "choices": len(both),
             "timings_ms": {label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
         })
-    changed = sorted((d for d in decisions if d["changed"]), key=lambda d: -(d["stock_winner_slower_by"] or 0))
+    changed = sorted((d for d in decisions if d["changed"]), key=lambda d: -(d["stock_winner_slower_by"] or 0.0))
     q1, median, q3 = quartiles(ratios) if ratios else (None, None, None)
     return {
         "decisions": decisions,

@@ -119,6 +119,7 @@ class policy:
         blocks = _open_here.get()
         mine = [e for e in blocks if e.owner is self]
         with _env_lock:
+            entry: _Entry | None
             if mine:
                 entry = mine[-1]
             else:  # exited in another thread or task than it was entered in

@@ -59,6 +59,12 @@ def write(decision: dict[str, Any]) -> None:
         warn_once("decisions:write", f"could not record an autotuning decision in {path!r} ({exc})")
 
 
+def _winner(timings_ms: dict[str, float]) -> str | None:
+    """The fastest choice that ran (failed ones are timed inf, or NaN)."""
+    finite = {label: t for label, t in timings_ms.items() if t == t and t != float("inf")}
+    return min(finite, key=finite.__getitem__) if finite else None
+
+
 def _ms(value: Any) -> float:
     """A timing as the autotuner keeps it (a float, or [median, p20, p80])."""
     return float(value[0] if isinstance(value, (list, tuple)) else value)
@@ -89,9 +95,8 @@ def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> dict[str, Any]:
     meta = getattr(tuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or getattr(getattr(tuner, "fn", None), "__name__", "?")
     labelled = {str(getattr(launcher, "config", launcher)): _ms(t) for launcher, t in timings.items()}
-    finite = {label: t for label, t in labelled.items() if t == t and t != float("inf")}
     return {"kind": "inductor-kernel", "op": str(name), "key": str(getattr(tuner, "size_hints", "")),
-            "timings_ms": labelled, "winner": min(finite, key=finite.__getitem__) if finite else None}
+            "timings_ms": labelled, "winner": _winner(labelled)}
 
 
 def _benchmark_all_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -120,10 +125,8 @@ def _shape(node: Any) -> str:
 
 def inductor_decision(timings: dict[Any, float], name: str, input_nodes: list[Any]) -> dict[str, Any]:
     labelled = {choice_label(choice): float(t) for choice, t in timings.items()}
-    finite = {label: t for label, t in labelled.items() if t == t and t != float("inf")}
-    winner = min(finite, key=finite.__getitem__) if finite else None
     return {"kind": "inductor", "op": name, "key": ", ".join(_shape(n) for n in input_nodes),
-            "timings_ms": labelled, "winner": winner}
+            "timings_ms": labelled, "winner": _winner(labelled)}
 
 
 def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) -> None:
@@ -133,29 +136,32 @@ def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) ->
         warn_once("decisions:inductor", f"could not read an Inductor autotuning decision ({exc!r})")
 
 
+def _row(label: str) -> None:
+    record(TargetStatus(f"{label} (decisions)", PACKAGE, None, True, f"autotuning decisions recorded in {_path()}"))
+
+
+# (module, class, method, wrapper): the methods whose calls make a decision
+_WRAPS = (
+    (AUTOTUNER, "Autotuner", "run", _autotuner_run),
+    (HEURISTICS, "CachingAutotuner", "benchmark_all_configs", _benchmark_all_configs),
+)
+
+
 def apply() -> None:
     if _path() is None:
         return
-    autotuner = sys.modules.get(AUTOTUNER)
-    cls = getattr(autotuner, "Autotuner", None)
-    if cls is not None and "run" in vars(cls):
-        _patches.wrap(cls, "run", _autotuner_run)
-        record(TargetStatus("triton Autotuner.run (decisions)", PACKAGE, None, True,
-                            f"autotuning decisions recorded in {_path()}"))
-    heuristics = sys.modules.get(HEURISTICS)
-    tuner_cls = getattr(heuristics, "CachingAutotuner", None)
-    if tuner_cls is not None and "benchmark_all_configs" in vars(tuner_cls):
-        _patches.wrap(tuner_cls, "benchmark_all_configs", _benchmark_all_configs)
-        record(TargetStatus("Inductor CachingAutotuner.benchmark_all_configs (decisions)", PACKAGE, None, True,
-                            f"autotuning decisions recorded in {_path()}"))
+    for module, cls_name, method, wrapper in _WRAPS:
+        cls = getattr(sys.modules.get(module), cls_name, None)
+        if cls is not None and method in vars(cls):
+            _patches.wrap(cls, method, wrapper)
+            _row(f"{cls_name}.{method}")
     select = sys.modules.get(SELECT)
     if select is not None and hasattr(select, "get_algorithm_selector_cache") and not _registered:
         cache = select.get_algorithm_selector_cache()
         if hasattr(cache, "add_feedback_saver"):
             cache.add_feedback_saver(_inductor_feedback)
             _registered.append(cache)
-            record(TargetStatus("Inductor select_algorithm (decisions)", PACKAGE, None, True,
-                                f"autotuning decisions recorded in {_path()}"))
+            _row("Inductor select_algorithm")
 
 
 def revert() -> None:
