@@ -160,14 +160,22 @@ def flush(cache: Any, write: Callable[[], Any], target: str) -> Any:
     ``write`` is the benchmarker's own stock flush (it writes ``cache``); ``target`` names
     the patched site in status and counters.
     """
-    policy = current_policy()
     try:
         device = cache.device
         written = cache.numel() * cache.element_size()
     except Exception as exc:  # not a tensor: nothing to read next to, run the stock code
         warn_once(f"cache:{target}", f"{target} flushed an unexpected cache object ({exc!r}); "
                   "its stock flush is kept")
-        policy = "write"
+        result = write()
+        count_flush(target, "write")
+        return result
+    return around(write, device, written, target)
+
+
+def around(write: Callable[[], Any], device: torch.device, written: int, target: str) -> Any:
+    """The active policy around a stock write of ``written`` bytes on ``device``, for
+    benchmarkers that call their write as a function we can run or skip."""
+    policy = current_policy()
     if policy == "write":
         result = write()
         count_flush(target, "write")

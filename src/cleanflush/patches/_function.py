@@ -1,0 +1,65 @@
+"""A harness whose L2 flush is a module-level function its benchmark loops look up at call
+time (``kernelbench.timing.clear_l2_cache``, ``deep_ep.utils.testing.flush_l2_cache``,
+``sol_execbench.core.bench.timing._clear_cache``): the function is wrapped in its module, so
+every caller that reads the module global gets the policy; the stock write stays the
+harness's own code.  One instance per harness module, each with the interface of a patch
+module (NAME, PACKAGE, HOOKS, apply, revert, status).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+from .. import _flush, _patching
+from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
+
+# (wrapped, args, kwargs) -> what the flush should do: None to run the stock code untouched,
+# else (device, bytes the stock write writes)
+Where = Callable[[tuple[Any, ...], dict[str, Any]], "tuple[Any, int] | None"]
+
+
+class ModuleFunction:
+    def __init__(self, name: str, package: str, module: str, attr: str, where: Where, checked: str) -> None:
+        self.NAME = name  # as CLEANFLUSH_DISABLE names it
+        self.PACKAGE = package  # the distribution, for its version
+        self.HOOKS = (module,)
+        self.__name__ = f"cleanflush.patches.{name}"
+        self.module, self.attr, self.where, self.checked = module, attr, where, checked
+        self.target = f"{module}.{attr}"
+        self._patches = _patching.PatchSet()
+
+    def _wrapper(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            where = self.where(args, kwargs)
+        except Exception:
+            where = None
+        if where is None:  # a call shape we do not know, or a flush switched off: stock
+            return wrapped(*args, **kwargs)
+        device, written = where
+        return _flush.around(lambda: wrapped(*args, **kwargs), device, written, self.NAME)
+
+    def version(self) -> str | None:
+        from . import installed_version
+
+        return installed_version(self.PACKAGE)
+
+    def apply(self) -> None:
+        module = sys.modules.get(self.module)
+        if module is None:
+            return
+        if callable(vars(module).get(self.attr)):
+            self._patches.wrap(module, self.attr, self._wrapper)
+            record(TargetStatus(self.target, self.NAME, self.version(), True,
+                                f"the flush its benchmarks call; {self.checked}"))
+        else:
+            record(TargetStatus(self.target, self.NAME, self.version(), False,
+                                f"unsupported: {self.module} has no function {self.attr}; stock flush kept"))
+
+    def revert(self) -> None:
+        self._patches.revert()
+        mark_uninstalled(self.NAME)
+
+    def status(self) -> list[TargetStatus]:
+        rows = [row for row in STATE.targets.values() if row.package == self.NAME]
+        return rows or [not_loaded_row(self.target, self.NAME, self.version())]

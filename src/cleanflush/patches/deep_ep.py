@@ -1,0 +1,28 @@
+"""DeepEP: ``deep_ep.utils.testing.flush_l2_cache(enabled=True)``, a 256e6-byte int32
+``zero_()`` on the current CUDA device (read at deepseek-ai/DeepEP 855fa9d).  ``bench`` and
+``bench_kineto`` look it up as a module global before each timed call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._function import ModuleFunction
+
+FLUSH_BYTES = int(256e6) // 4 * 4  # its int32 buffer of 256e6 bytes
+
+
+def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
+    import torch
+
+    enabled = args[0] if args else kwargs.get("enabled", True)
+    if not enabled:
+        return None  # the harness asked for no flush
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+        else torch.device("cpu"), FLUSH_BYTES
+
+
+TARGET = ModuleFunction("deep-ep", "deep_ep", "deep_ep.utils.testing", "flush_l2_cache", _where,
+                        "checked against DeepEP 855fa9d's layout")
+NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
+apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status

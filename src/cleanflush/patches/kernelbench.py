@@ -1,0 +1,28 @@
+"""KernelBench: ``kernelbench.timing.clear_l2_cache(device="cuda")``, a 256 MiB int64
+``fill_(42)`` on a buffer allocated per call (read at ScalingIntelligence/KernelBench
+0de4ce8).  Its default ``cuda_event`` timer and ``host_time`` call it as a module global
+before each trial; the evaluators run in spawned children, which the autoload reaches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._function import ModuleFunction
+
+FLUSH_BYTES = 32 * 1024 * 1024 * 8  # its (32, 1024, 1024) int64 buffer
+
+
+def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
+    import torch
+
+    device = torch.device(args[0] if args else kwargs.get("device", "cuda"))
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device, FLUSH_BYTES
+
+
+TARGET = ModuleFunction("kernelbench", "kernelbench", "kernelbench.timing", "clear_l2_cache", _where,
+                        "checked against KernelBench 0de4ce8's layout")
+NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
+apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status

@@ -1,0 +1,24 @@
+"""SOL-ExecBench: ``sol_execbench.core.bench.timing._clear_cache(cache)``, ``cache.zero_()`` on
+an int8 buffer of 2 x L2 (read at NVIDIA/SOL-ExecBench 2f55c0f).  Both its CUPTI timer
+(the default) and its CUDA-event timer call it as a module global before each iteration;
+evaluations run in ``subprocess`` children, which the autoload reaches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._function import ModuleFunction
+
+
+def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
+    cache = args[0] if args else kwargs.get("cache")
+    if len(args) + len(kwargs) != 1 or not hasattr(cache, "device"):
+        return None  # not the _clear_cache(cache) we know: stock
+    return cache.device, cache.numel() * cache.element_size()
+
+
+TARGET = ModuleFunction("sol-execbench", "sol-execbench", "sol_execbench.core.bench.timing", "_clear_cache",
+                        _where, "checked against SOL-ExecBench 2f55c0f's layout")
+NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
+apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status

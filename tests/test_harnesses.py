@@ -1,0 +1,171 @@
+"""Harnesses whose flush is a module function (KernelBench, SOL-ExecBench, DeepEP), on CPU.
+
+None of them installs from the package index (git-only), so each is a stand-in module that
+reproduces the real layout: the flush function's name, signature and body, and a benchmark
+loop that looks it up as a module global before each timed call, as the real one does.
+Read at: ScalingIntelligence/KernelBench 0de4ce8 (src/kernelbench/timing.py),
+NVIDIA/SOL-ExecBench 2f55c0f (src/sol_execbench/core/bench/timing.py),
+deepseek-ai/DeepEP 855fa9d (deep_ep/utils/testing.py).  Devices are the CPU here.
+"""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+import wrapt
+
+import cleanflush
+from cleanflush import _flush
+
+from .conftest import run_python
+from .ops import OpRecorder, overlaps
+
+STAND_INS = {
+    "kernelbench/timing.py": '''
+        import torch
+
+        def clear_l2_cache(device="cuda"):
+            dummy = torch.empty((32, 1024, 1024), dtype=torch.int64, device=device)
+            dummy.fill_(42)
+            del dummy
+
+        def time_execution_with_cuda_event(kernel_fn, args, num_trials=3, device="cpu"):
+            for _ in range(num_trials):
+                clear_l2_cache(device=device)  # measuring cold cache performance
+                kernel_fn(*args)
+        ''',
+    "sol_execbench/core/bench/timing.py": '''
+        import torch
+
+        def _get_empty_cache_for_benchmark(device):
+            return torch.empty(2 * 1024 * 1024, dtype=torch.int8, device=device)
+
+        def _clear_cache(cache):
+            cache.zero_()
+
+        def bench_time_with_cuda_events(fn, rep=3, device="cpu"):
+            cache = _get_empty_cache_for_benchmark(device)
+            for _ in range(rep):
+                _clear_cache(cache)
+                fn()
+        ''',
+    "deep_ep/utils/testing.py": '''
+        import torch
+
+        def flush_l2_cache(enabled=True):
+            l2_flush_cache_size = 256e6
+            if enabled:
+                torch.empty(int(l2_flush_cache_size // 4), dtype=torch.int, device="cpu").zero_()
+
+        def bench(fn, num_tests=3, flush_l2=True):
+            for _ in range(num_tests):
+                flush_l2_cache(flush_l2)
+                fn()
+        ''',
+}
+MODULES = {"kernelbench": "kernelbench.timing", "sol-execbench": "sol_execbench.core.bench.timing",
+           "deep-ep": "deep_ep.utils.testing"}
+FUNCTIONS = {"kernelbench": "clear_l2_cache", "sol-execbench": "_clear_cache", "deep-ep": "flush_l2_cache"}
+BENCH = {"kernelbench": lambda m, fn: m.time_execution_with_cuda_event(fn, (), device="cpu"),
+         "sol-execbench": lambda m, fn: m.bench_time_with_cuda_events(fn, device="cpu"),
+         "deep-ep": lambda m, fn: m.bench(fn)}
+STOCK_OPS = {"kernelbench": ["empty", "fill_"], "sol-execbench": ["zero_"], "deep-ep": ["empty", "zero_"]}
+SETUP_OPS = {"sol-execbench": ["empty"]}  # its cache, allocated once before the loop
+
+
+@pytest.fixture
+def stand_ins(tmp_path, monkeypatch):
+    for path, body in STAND_INS.items():
+        file = tmp_path / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        for parent in file.relative_to(tmp_path).parents:
+            if str(parent) != ".":
+                (tmp_path / parent / "__init__.py").touch()
+        file.write_text(textwrap.dedent(body))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module in MODULES.values():
+        importlib.import_module(module)
+    # An import hook fires once per module name; these names are imported anew for every
+    # test, so install again, which patches what is loaded (fresh interpreters below test
+    # the import hook itself).
+    cleanflush.uninstall()
+    cleanflush.install()
+    yield tmp_path
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("kernelbench", "sol_execbench", "deep_ep"):
+            del sys.modules[name]
+
+
+def bench_ops(harness, policy):
+    module = importlib.import_module(MODULES[harness])
+    _flush.prepare(torch.device("cpu"))
+    x = torch.ones(4)
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        BENCH[harness](module, lambda: torch.neg(x))
+    return [name for name in rec.names if name != "neg"], rec
+
+
+@pytest.mark.parametrize("harness", list(MODULES))
+def test_the_bench_loop_flushes_under_each_policy(stand_ins, harness):
+    stock = STOCK_OPS[harness]
+    expected = {"write-read": stock + ["sum"], "read": ["sum"], "write": stock}
+    for policy, per_call in expected.items():
+        names, rec = bench_ops(harness, policy)
+        assert names == SETUP_OPS.get(harness, []) + per_call * 3, (policy, names)
+        if policy != "write":
+            read = [args[0] for name, args, _ in rec.ops if name == "sum"][0]
+            assert read.dtype == torch.float32
+            written = [args[0] for name, args, _ in rec.ops if name in ("zero_", "fill_")]
+            assert not any(overlaps(read, w) for w in written)
+
+
+@pytest.mark.parametrize("harness", list(MODULES))
+def test_exact_restore_and_status(stand_ins, harness):
+    module = importlib.import_module(MODULES[harness])
+    name = FUNCTIONS[harness]
+    patched = vars(module)[name]
+    assert isinstance(patched, wrapt.FunctionWrapper)
+    stock = patched.__wrapped__
+    row = next(r for r in cleanflush.status() if r.target == f"{MODULES[harness]}.{name}")
+    assert row.patched
+    cleanflush.uninstall()
+    assert vars(module)[name] is stock
+    cleanflush.install()
+    assert vars(module)[name].__wrapped__ is stock
+
+
+def test_deep_ep_flush_switched_off_stays_off(stand_ins):
+    module = importlib.import_module("deep_ep.utils.testing")
+    with OpRecorder() as rec:
+        module.bench(lambda: None, flush_l2=False)
+    assert rec.names == []
+    assert cleanflush.flush_counts() == {}
+
+
+def test_disable_names_each_harness(stand_ins, monkeypatch):
+    monkeypatch.setenv("CLEANFLUSH_DISABLE", "kernelbench")
+    cleanflush.uninstall()
+    cleanflush.install()
+    module = importlib.import_module("kernelbench.timing")
+    assert not isinstance(vars(module)["clear_l2_cache"], wrapt.FunctionWrapper)
+    assert isinstance(vars(importlib.import_module("deep_ep.utils.testing"))["flush_l2_cache"],
+                      wrapt.FunctionWrapper)
+
+
+def test_a_spawned_evaluator_is_patched_by_the_autoload(stand_ins):
+    # KernelBench's evaluators run in mp "spawn" children; SOL-ExecBench's in subprocesses
+    child = run_python(
+        f"""
+        import sys; sys.path.insert(0, {str(stand_ins)!r})
+        import torch
+        import kernelbench.timing as t, sol_execbench.core.bench.timing as s
+        t.time_execution_with_cuda_event(lambda: None, (), device="cpu")
+        s.bench_time_with_cuda_events(lambda: None, device="cpu")
+        import cleanflush
+        print(sorted(cleanflush.flush_counts().items()))
+        """,
+        {"CLEANFLUSH": "1"})
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "[(('kernelbench', 'write-read'), 3), (('sol-execbench', 'write-read'), 3)]"
