@@ -1,5 +1,6 @@
 """DeepEP: ``deep_ep.utils.testing.flush_l2_cache(enabled=True)``, a 256e6-byte int32
-``zero_()`` on the current CUDA device (read at deepseek-ai/DeepEP 855fa9d).  ``bench`` and
+``zero_()`` on the current CUDA device (read at deepseek-ai/DeepEP 855fa9d and dd758ca; the
+latter's file ran patched on the H200).  ``bench`` and
 ``bench_kineto`` look it up as a module global before each timed call.
 """
 

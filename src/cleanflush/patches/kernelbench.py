@@ -1,6 +1,6 @@
 """KernelBench: ``kernelbench.timing.clear_l2_cache(device="cuda")``, a 256 MiB int64
 ``fill_(42)`` on a buffer allocated per call (read at ScalingIntelligence/KernelBench
-0de4ce8).  Its default ``cuda_event`` timer and ``host_time`` call it as a module global
+0de4ce8 and 423217d; the latter's file ran patched on the H200).  Its default ``cuda_event`` timer and ``host_time`` call it as a module global
 before each trial; the evaluators run in spawned children, which the autoload reaches.
 """
 
