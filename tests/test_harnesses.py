@@ -152,6 +152,16 @@ def test_disable_names_each_harness(stand_ins, monkeypatch):
     assert not isinstance(vars(module)["clear_l2_cache"], wrapt.FunctionWrapper)
     assert isinstance(vars(importlib.import_module("deep_ep.utils.testing"))["flush_l2_cache"],
                       wrapt.FunctionWrapper)
+    rows = {r.target: r.detail for r in cleanflush.status()}
+    assert rows["kernelbench: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
+
+
+def test_disabled_deep_ep_says_so_in_status(stand_ins, monkeypatch):
+    monkeypatch.setenv("CLEANFLUSH_DISABLE", "deep-ep")
+    cleanflush.uninstall()
+    cleanflush.install()
+    rows = {r.target: r.detail for r in cleanflush.status()}
+    assert rows["deep-ep: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
 
 
 def test_a_spawned_evaluator_is_patched_by_the_autoload(stand_ins):

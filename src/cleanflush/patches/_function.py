@@ -61,5 +61,6 @@ class ModuleFunction:
         mark_uninstalled(self.NAME)
 
     def status(self) -> list[TargetStatus]:
-        rows = [row for row in STATE.targets.values() if row.package == self.NAME]
+        # its own rows, and those install() records under its distribution (disabled, failed)
+        rows = [row for row in STATE.targets.values() if row.package in (self.NAME, self.PACKAGE)]
         return rows or [not_loaded_row(self.target, self.NAME, self.version())]
