@@ -219,3 +219,33 @@ def test_inductor_kernel_config_tuning_is_recorded(recording, monkeypatch):
     assert (line["kind"], line["op"], line["winner"]) == ("inductor-kernel", "triton_red_fused_mv_0", fast.config)
     cleanflush.uninstall()
     assert type(vars(heuristics.CachingAutotuner)["benchmark_all_configs"]).__name__ == "function"
+
+
+def test_ab_with_a_command_that_cannot_start():
+    child = run_python("import sys\nfrom cleanflush.__main__ import main\n"
+                       "sys.exit(main(['ab', '--', 'no-such-command-here']))")
+    assert child.returncode == 1 and "Traceback" not in child.stderr
+    assert "cannot start 'no-such-command-here'" in child.stderr
+    assert "exited with code 127" in child.stdout
+
+
+def test_a_key_filled_from_the_disk_cache_is_not_recorded(recording):
+    # Triton's Autotuner with cache_results: a disk hit fills the key without benchmarking
+    # and leaves configs_timings as the previous key left it
+    class Tuner:
+        def __init__(self):
+            self.cache, self.configs_timings = {}, {"old config": [1.0]}
+
+    tuner = Tuner()
+
+    def disk_hit(self, *args, **kwargs):
+        self.cache[(256,)] = "cfg from disk"
+
+    def benchmarked(self, *args, **kwargs):
+        self.cache[(512,)] = "new best"
+        self.configs_timings = {"new best": [0.5], "other": [0.9]}
+
+    for stock in (disk_hit, benchmarked):  # through the wrapper that Autotuner.run gets
+        decisions._autotuner_run(lambda stock=stock: stock(tuner), tuner, (), {})
+    lines = [json.loads(line) for line in recording.read_text().splitlines()]
+    assert [d["key"] for d in lines] == ["(512,)"] and lines[0]["winner"] == "new best"

@@ -201,7 +201,11 @@ def run(command: list[str], policy: str = DEFAULT_POLICY, runs: int = 1, figure:
             index += 1
             folder = os.path.join(work, f"run{index}-{side}")
             print(f"cleanflush ab: run {index} of {2 * runs}: {side}", file=sys.stderr, flush=True)
-            code = subprocess.run(command, env=run_env(base, side, folder)).returncode
+            try:
+                code = subprocess.run(command, env=run_env(base, side, folder)).returncode
+            except OSError as exc:  # the command cannot start: say so as a shell would
+                print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+                code = 127
             codes.append({"index": index, "policy": side, "code": code})
             sides[side].append(read_decisions(os.path.join(folder, "decisions.jsonl")))
     result: dict[str, Any] = {

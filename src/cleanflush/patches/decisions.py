@@ -80,9 +80,12 @@ def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) 
 def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     cache = getattr(instance, "cache", None)
     before = set(cache) if isinstance(cache, dict) else None
+    timings_before = getattr(instance, "configs_timings", None)
     result = wrapped(*args, **kwargs)
     try:
-        if before is not None:
+        # a new key whose timings are new: it was benchmarked now (a key filled from Triton's
+        # disk cache leaves the previous key's timings in place; nothing to record then)
+        if before is not None and getattr(instance, "configs_timings", None) is not timings_before:
             for key in set(instance.cache) - before:
                 write(triton_decision(instance, key, dict(getattr(instance, "configs_timings", {}) or {}),
                                       instance.cache[key]))
