@@ -18,12 +18,6 @@ from typing import Any, Callable, Iterator, TypeVar
 from cleanflush._stats import central_mean, quartiles  # noqa: F401  (the studies take them from here)
 
 
-def timed_loop(*args: Any, **kwargs: Any) -> list[float]:
-    """The one timed loop (cleanflush._measure.timed_loop), imported when a study runs."""
-    from cleanflush._measure import timed_loop as loop
-
-    return loop(*args, **kwargs)
-
 T = TypeVar("T")
 MiB = 1 << 20
 RESULTS = Path(__file__).parent / "results"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import (ClockLog, Results, central_mean, flush_time_us, flushing, progress, quartiles,
-                     spin_cycles_per_us, timed_loop)
+                     spin_cycles_per_us)
 
 SHAPES = [(4096, 4096), (28672, 4096)]
 ROUNDS = 10
@@ -70,7 +70,7 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
                         window = clocks.window(t0, t1)
 
                         t2 = time.perf_counter()
-                        loop = timed_loop(lambda cache=cache: driver.clear_cache(cache), fn, len(samples))
+                        loop = _measure.timed_loop(lambda cache=cache: driver.clear_cache(cache), fn, len(samples))
                         t3 = time.perf_counter()
                     us = [x * 1e3 for x in samples]
                     histograms[f"{n}x{k} {flush}"].append(dict(collections.Counter(f"{x:.3f}" for x in us)))
@@ -124,7 +124,7 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
         progress(f"readsize: {n}x{k}, {rounds} rounds x {len(variants)} flushes")
         for r in range(rounds):
             for name, flush in variants.items():
-                us = sorted(timed_loop(flush, fn, iters))
+                us = sorted(_measure.timed_loop(flush, fn, iters))
                 table.add(shape=f"{n}x{k}", round=r, flush=name, us=central_mean(us),
                           p5_us=us[len(us) // 20], median_us=statistics.median(us))
     table.write(rounds=rounds, iters=iters, idle_cycles=idle_cycles)

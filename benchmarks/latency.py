@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import (Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us,
-                     timed_loop)
+from .common import Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us
 
 ROUNDS = 3
 ITERS = 300
@@ -118,5 +117,7 @@ def _loop(flush: Callable[[], None], fn: Callable[[], Any], busy_cycles: int | N
     ``busy_cycles`` after each flush when given."""
     import torch
 
+    from cleanflush import _measure
+
     between = (lambda: torch.cuda._sleep(busy_cycles)) if busy_cycles else None
-    return central_mean(timed_loop(flush, fn, ITERS, between))
+    return central_mean(_measure.timed_loop(flush, fn, ITERS, between))

@@ -4,8 +4,9 @@ Importing this package installs its patches (unless ``CLEANFLUSH=0``): every ben
 it knows then flushes L2 with its stock write followed by a float32 read of a separate
 region of at least 2 x L2 (the ``write-read`` policy), so dirty lines are written back
 before the timer starts instead of during the timed kernel.  ``cleanflush.policy("read")``
-selects a read-only flush for a block, ``policy("write")`` the stock one.  Neither torch nor triton is imported here: targets are patched
-when they are imported, or at once if they already are.
+selects a read-only flush for a block, ``policy("write")`` the stock one.  Neither torch nor
+triton is imported here: targets are patched when they are imported, or at once if they
+already are.
 """
 
 from __future__ import annotations

@@ -76,14 +76,12 @@ def prepare(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
             raise ReadUnavailable(STATE.read_unavailable[str(device)])
         import torch
 
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # not recorded: the next flush outside capture may still allocate it
+            raise ReadUnavailable("the read buffer cannot be allocated during CUDA graph capture")
         try:
-            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                # not recorded: the next flush outside capture may still allocate it
-                raise ReadUnavailable("the read buffer cannot be allocated during CUDA graph capture")
             l2 = l2_bytes(device)
             entry = _allocate_outside_pools(device, buffer_bytes(l2) // 4) + (l2,)
-        except ReadUnavailable:
-            raise
         except Exception as exc:
             with LOCK:
                 STATE.read_unavailable[str(device)] = f"the read buffer could not be allocated ({exc})"

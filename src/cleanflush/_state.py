@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._policy import ENV_VAR
+
 
 @dataclass
 class TargetStatus:
@@ -115,7 +117,7 @@ def reset_for_tests() -> None:
 
 
 REPORT_VAR = "CLEANFLUSH_REPORT"
-ENV_AT_START = os.environ.get("CLEANFLUSH")
+ENV_AT_START = os.environ.get(ENV_VAR)
 
 
 def write_report(path: str) -> None:

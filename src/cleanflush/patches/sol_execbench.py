@@ -12,7 +12,7 @@ from ._function import ModuleFunction
 
 
 def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
-    cache = args[0] if args else kwargs.get("cache")
+    cache: Any = args[0] if args else kwargs.get("cache")
     if len(args) + len(kwargs) != 1 or not hasattr(cache, "device"):
         return None  # not the _clear_cache(cache) we know: stock
     return cache.device, cache.numel() * cache.element_size()
