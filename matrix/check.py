@@ -65,8 +65,16 @@ for label, cls in triton_patch.driver_classes():
         def run(cache, cls=cls):
             object.__new__(cls).clear_cache(cache)
     elif empty_owner and patching.our_patch(empty_owner, "get_empty_cache_for_benchmark"):
-        def run(cache):
-            triton_patch._clean_cache_tensor(cache).zero_()  # triton 3.2: do_bench's inline zero_
+        def run(cache, cls=cls):
+            # triton 3.2: do_bench takes the tensor from the patched get_empty_cache_for_benchmark
+            # and zeroes it inline; its CUDA allocation is stood in for by this CPU tensor
+            real_empty = torch.empty
+            torch.empty = lambda *args, **kwargs: cache
+            try:
+                flushed = object.__new__(cls).get_empty_cache_for_benchmark()
+            finally:
+                torch.empty = real_empty
+            flushed.zero_()
     else:
         continue
     for policy in cleanflush.POLICIES:

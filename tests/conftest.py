@@ -11,6 +11,8 @@ import cleanflush
 from cleanflush import _flush, _policy, _state
 
 pytest_plugins = ["pytester"]
+if "mutmut" in sys.modules:  # a mutation run: let the children see the mutants (README)
+    pytest_plugins.append("tests.mutation.plugin")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -31,13 +33,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def fresh_install():
     """Every test starts as right after `import cleanflush`: installed, default policy,
-    no counts, no warnings given yet, no read buffer."""
+    no counts, no warnings given yet, no status rows but install's, no read buffer; and
+    leaves no policy block open behind it."""
     cleanflush.uninstall()
     _state.reset_for_tests()
     _flush.release()
     _policy.set_default(cleanflush.DEFAULT_POLICY)
     cleanflush.install()
     yield
+    assert not _policy._open_anywhere, "the test left a cleanflush.policy block open"
 
 
 def run_python(code: str, env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:

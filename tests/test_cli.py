@@ -118,19 +118,41 @@ def test_optimized_mode_and_version():
 def test_report_file_records_each_process_that_flushed(tmp_path):
     report = tmp_path / "report.jsonl"
     code = """
-    import torch, triton
+    import os, torch, triton
     driver = object.__new__(triton.backends.backends["nvidia"].driver)
     cache = torch.zeros(16, dtype=torch.int32)
     for _ in range(3):
         driver.clear_cache(cache)
     """
+    pids = []
     for value in ("read", "0"):
-        child = run_python(code, {"CLEANFLUSH": value, "CLEANFLUSH_REPORT": str(report)})
+        child = run_python(code + "print(os.getpid())", {"CLEANFLUSH": value, "CLEANFLUSH_REPORT": str(report),
+                                                          "CUDA_VISIBLE_DEVICES": "3"})
         assert child.returncode == 0, child.stderr
+        pids.append(int(child.stdout.split()[-1]))
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert len(lines) == 1  # the CLEANFLUSH=0 process patched nothing and wrote nothing
-    assert lines[0]["flushes"] == {"triton | read": 3}
-    assert lines[0]["source"] == "autoload"
+    line = lines[0]
+    assert line["flushes"] == {"triton | read": 3}
+    assert line["source"] == "autoload" and line["env_at_start"] == "read"
+    assert (line["pid"], line["ppid"]) == (pids[0], os.getpid())
+    assert line["argv"] == ["-c"] and line["cuda_visible_devices"] == "3"
+    assert "triton.backends.nvidia.driver.CudaDriver.clear_cache" in line["patched"]
+    assert line["patched"] == sorted(line["patched"])
+    assert set(line) == {"pid", "ppid", "argv", "source", "env_at_start", "cuda_visible_devices", "flushes",
+                         "patched"}
+
+
+def test_an_unwritable_report_says_why_on_stderr(tmp_path):
+    report = tmp_path / "no" / "such" / "dir.jsonl"
+    code = """
+    import torch, triton
+    driver = object.__new__(triton.backends.backends["nvidia"].driver)
+    driver.clear_cache(torch.zeros(16, dtype=torch.int32))
+    """
+    child = run_python(code, {"CLEANFLUSH": "1", "CLEANFLUSH_REPORT": str(report)})
+    assert child.returncode == 0
+    assert f"cleanflush: could not write CLEANFLUSH_REPORT={str(report)!r}" in child.stderr
 
 
 WITHOUT_TORCH = """

@@ -78,21 +78,70 @@ def test_read_size(l2, written, expected):
     assert _flush.read_bytes(l2, written) == expected
 
 
-def test_buffer_covers_every_read():
+@pytest.fixture
+def fake_l2(monkeypatch):
+    """A device that reports an L2 (CPU reports none, which hides 2 x L2 behind the 256 MiB
+    floor): returns the fake size to set; the read buffer is made again for it."""
+
+    def set_l2(nbytes):
+        monkeypatch.setattr(_flush, "l2_bytes", lambda device: nbytes)
+        _flush.release()
+        return nbytes
+
+    return set_l2
+
+
+@pytest.mark.parametrize("policy, written, expected", [
+    ("write-read", 16 * MiB, 240 * MiB),  # keeps the GPU busy as long as the stock 256 MiB
+    ("write-read", 128 * MiB, 200 * MiB),  # 2 x L2 after a large write
+    ("read", 16 * MiB, 256 * MiB),  # nothing written: all of it
+])
+def test_the_read_covers_what_the_l2_and_the_write_ask_for(fake_l2, policy, written, expected):
+    fake_l2(100 * MiB)
+    cache = torch.empty(written // 4, dtype=torch.int32)
+    with cleanflush.policy(policy):
+        rec = run_flush(cache)
+    data = rec.ops[-1][1][0]
+    assert rec.names[-1] == "sum" and data.numel() * 4 == expected
+
+
+def test_a_large_l2_gets_a_buffer_of_twice_its_size(fake_l2):
+    l2 = fake_l2(160 * MiB)
+    buffer, _, reported = _flush.prepare(torch.device("cpu"))
+    assert reported == l2 and buffer.numel() * 4 == 2 * l2
     cache = torch.empty(16, dtype=torch.int32)
-    buffer, _, l2 = _flush.prepare(cache.device)
-    assert buffer.numel() * 4 >= _flush.read_bytes(l2, 0)
+    with cleanflush.policy("read"):
+        rec = run_flush(cache)
+    assert rec.ops[-1][1][0].numel() * 4 == 2 * l2
 
 
-def test_failed_read_falls_back_to_the_stock_write(monkeypatch):
-    def broken(device, written=0):
+@pytest.mark.parametrize("policy, counted", [("write-read", "write-read"), ("read", "write-read"), ("write", "write")])
+def test_after_write_reads_one_l2_or_what_was_written(fake_l2, policy, counted):
+    # Inductor's inline write: None means one L2 of it (InductorBenchmarker's buffer)
+    fake_l2(100 * MiB)
+    device = torch.device("cpu")
+    _flush.prepare(device)
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        _flush.after_write(device, None, "inline")
+        _flush.after_write(device, 16 * MiB, "inline")
+    sizes = [args[0].numel() * 4 for name, args, _ in rec.ops if name == "sum"]
+    assert sizes == ([] if policy == "write" else [200 * MiB, 240 * MiB])
+    assert cleanflush.flush_counts() == {("inline", counted): 2}
+
+
+def test_failed_read_falls_back_to_the_stock_write_and_says_so_once(monkeypatch):
+    def broken(device, nbytes):
         raise RuntimeError("no memory")
 
     monkeypatch.setattr(_flush, "read", broken)
     cache = torch.full((16,), 3, dtype=torch.int32)
-    with cleanflush.policy("read"), pytest.warns(RuntimeWarning, match="fall back to the stock write"):
-        _flush.flush(cache, cache.zero_, "fallback-test")
-    assert int(cache.sum()) == 0
+    with cleanflush.policy("read"), pytest.warns(RuntimeWarning, match="fall back to the stock write") as caught:
+        _flush.flush(cache, cache.zero_, "test")
+        cache.fill_(3)
+        _flush.flush(cache, cache.zero_, "test")
+    assert len(caught) == 1
+    assert int(cache.sum()) == 0  # the stock write ran instead
+    assert cleanflush.flush_counts() == {("test", "write"): 2}
 
 
 def test_read_buffer_is_allocated_from_a_thread_of_its_own(monkeypatch):

@@ -24,15 +24,18 @@ InductorBenchmarker = benchmarking.InductorBenchmarker
 record_function = torch.autograd.profiler.record_function
 
 
-HAS_PROFILER_BENCH = hasattr(benchmarking, "TorchProfilerBenchmarker")
-HAS_UTILS_REGION = hasattr(inductor_utils, "_DO_BENCH_PROFILE_EVENT_NAME")
-HAS_DEVICE_TYPE = "device_type" in inspect.signature(InductorBenchmarker.benchmark_gpu).parameters
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+# What each torch offers, read off its source, not detected the way the patch detects it
+# (a wrong detection must fail here): InductorBenchmarker since 2.7; device_type, the
+# TorchProfilerBenchmarker and utils' named profiler region since 2.13.
+HAS_DEVICE_TYPE = HAS_PROFILER_BENCH = HAS_UTILS_REGION = TORCH >= (2, 13)
 needs_cpu_device_type = pytest.mark.skipif(
     not HAS_DEVICE_TYPE, reason="benchmark_gpu takes no device_type before torch 2.13: GPU tests only")
+needs_profiled = pytest.mark.skipif(not HAS_PROFILER_BENCH, reason="no profiled benchmarkers before torch 2.13")
 
 
 def targets():
-    """What this torch offers to patch, found by feature as the patch does."""
+    """What this torch offers to patch."""
     found = {(InductorBenchmarker, "benchmark_gpu"), (InductorBenchmarker, "get_event_pairs")}
     if HAS_PROFILER_BENCH:
         found.add((benchmarking.TorchProfilerBenchmarker, "benchmark_gpu"))
@@ -96,19 +99,96 @@ def test_event_pairs_outside_a_benchmark_are_plain():
     assert not any(isinstance(start, wrapt.ObjectProxy) for start, _ in pairs)
 
 
-@pytest.mark.skipif(not HAS_PROFILER_BENCH, reason="no profiler-region benchmarker in this torch")
-def test_profiled_region_gets_the_read_before_it_opens():
+class ProfiledOnCpu:
+    """Stand-ins for the CUDA-only parts of the profiled benchmarkers, so the real ones run
+    on CPU: the profiler is asked for CPU activity twice (CPU, then the device's, which is
+    CPU here), and torch.profiler refuses a duplicate; ``get_gpu_type`` says "cpu".  Keeps
+    each profile so the test can look at what it recorded."""
+
+    def __init__(self, monkeypatch):
+        self.profiles = []
+        real = torch.profiler.profile
+
+        def profile(activities, **kwargs):
+            prof = real(activities=list(dict.fromkeys(activities)), **kwargs)
+            self.profiles.append(prof)
+            return prof
+
+        monkeypatch.setattr(torch.profiler, "profile", profile)
+        monkeypatch.setattr(inductor_utils, "get_gpu_type", lambda: "cpu")
+
+    def reads_inside(self, region):
+        """(reads inside ``region`` intervals, reads outside, region intervals) of the last
+        profile, by the CPU events' own timestamps."""
+        events = self.profiles[-1].profiler.kineto_results.events()
+        spans = [(e.start_ns(), e.end_ns()) for e in events if e.name() == region]
+        sums = [e.start_ns() for e in events if e.name() == "aten::sum"]
+        inside = sum(any(a <= t <= b for a, b in spans) for t in sums)
+        return inside, len(sums) - inside, len(spans)
+
+
+def x_plus_one():
+    return torch.neg(torch.ones(8))
+
+
+@needs_profiled
+@pytest.mark.parametrize("policy", ["write-read", "read"])
+def test_torch_profiler_benchmarker_reads_before_its_region_opens(monkeypatch, policy):
+    profiled = ProfiledOnCpu(monkeypatch)
     _flush.prepare(torch.device("cpu"))
-    token = inductor_patch._active.set(("test-region", 0, "cpu"))
-    try:
-        with OpRecorder() as rec:
-            with record_function(benchmarking._CALLABLE_PROFILE_EVENT_NAME):
-                torch.neg(torch.ones(2))
-            with record_function("some user region"):
-                torch.neg(torch.ones(2))
-    finally:
-        inductor_patch._active.reset(token)
-    assert rec.names == ["sum", "neg", "neg"]
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        benchmarking.TorchProfilerBenchmarker().benchmark_gpu(
+            x_plus_one, device_type="cpu", rep=4, estimation_iters=2, memory_warmup_iters=1)
+    names = rec.names
+    # warm-up call; allocation and first zero_; 2 estimation + 1 memory warm-up + 4 profiled
+    timed = [i for i, n in enumerate(names) if n == "neg"][1:]
+    assert len(timed) == 2 + 4
+    for i in timed:
+        assert names[i - 2:i] == ["zero_", "sum"], names
+    assert names.count("sum") == 6  # none added to the memory warm-up
+    inside, outside, regions = profiled.reads_inside(benchmarking._CALLABLE_PROFILE_EVENT_NAME)
+    assert (inside, outside, regions) == (0, 4, 4)  # never timed as part of the callable
+    key = ("TorchProfilerBenchmarker.benchmark_gpu", "write-read")
+    assert cleanflush.flush_counts() == {key: 6}
+
+
+@needs_profiled
+def test_do_bench_using_profiling_reads_before_its_region_opens(monkeypatch):
+    profiled = ProfiledOnCpu(monkeypatch)
+    _flush.prepare(torch.device("cpu"))
+    with OpRecorder() as rec:
+        inductor_utils._do_bench_using_profiling(x_plus_one, warmup=1, rep=1, is_vetted_benchmarking=True)
+    names = rec.names
+    repeats = profiled.reads_inside(inductor_utils._DO_BENCH_PROFILE_EVENT_NAME)
+    inside, outside, regions = repeats
+    assert regions >= 1 and (inside, outside) == (0, regions)
+    # the profiled loop: zero_, our read, the timed call; the estimation loop is left stock
+    assert names.count("sum") == regions
+    last = len(names) - 1 - names[::-1].index("sum")
+    assert names[last - 1:last + 2] == ["zero_", "sum", "neg"], names
+    key = ("torch._inductor.utils._do_bench_using_profiling", "write-read")
+    assert cleanflush.flush_counts() == {key: regions}
+
+
+@needs_profiled
+def test_other_record_function_regions_get_no_read(monkeypatch):
+    # the same benchmark, but the callable opens a region of its own: only the benchmark's
+    # region is preceded by a read
+    profiled = ProfiledOnCpu(monkeypatch)
+
+    def fn():
+        with record_function("some user region"):
+            return x_plus_one()
+
+    _flush.prepare(torch.device("cpu"))
+    with OpRecorder() as rec:
+        benchmarking.TorchProfilerBenchmarker().benchmark_gpu(
+            fn, device_type="cpu", rep=3, estimation_iters=1, memory_warmup_iters=0)
+    assert rec.names.count("sum") == 1 + 3
+    assert profiled.reads_inside("some user region")[:2] == (0, 3)
+    with OpRecorder() as rec, record_function(benchmarking._CALLABLE_PROFILE_EVENT_NAME):
+        x_plus_one()  # the region's name, outside a benchmark: nothing to flush for
+    assert rec.names == ["neg"]
 
 
 def test_uninstall_restores_exact_objects():
@@ -131,6 +211,7 @@ def test_status_lists_each_inductor_target():
     assert utils_row.patched == HAS_UTILS_REGION
     if not HAS_UTILS_REGION:
         assert "unsupported" in utils_row.detail
+    assert ("TorchProfilerBenchmarker.benchmark_gpu" in rows) == HAS_PROFILER_BENCH
     if HAS_PROFILER_BENCH:
         assert rows["TorchProfilerBenchmarker.benchmark_gpu"].patched
     assert "read runs as write-read" in rows["InductorBenchmarker.benchmark_gpu"].detail

@@ -110,7 +110,9 @@ def warn_once(key: str, message: str) -> None:
 
 
 def reset_for_tests() -> None:
+    """Forget counts, warnings, failed devices and status rows (install records them again)."""
     with LOCK:
+        STATE.targets.clear()
         STATE.flushes.clear()
         STATE.warned.clear()
         STATE.read_unavailable.clear()

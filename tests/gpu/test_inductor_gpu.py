@@ -37,32 +37,43 @@ def stock_and_patched(measure, rounds=5):
     return {name: statistics.median(xs) for name, xs in values.items()}
 
 
+def assert_clean(us, ref, floor):
+    """Both sides, as `cleanflush verify` judges: the stock penalty is there, the patch
+    removes at least 60% of it, and the patched time is not below ``floor`` x the plain
+    reference (faster than clean means the weight stayed warm)."""
+    assert us["stock"] >= 1.10 * ref, (us, ref)
+    assert (us["stock"] - us["patched"]) / (us["stock"] - ref) >= 0.6, (us, ref)
+    assert us["patched"] >= floor * ref, (us, ref)
+
+
+def reference(gemm):
+    ref = min(_measure.read_flush_reference(gemm, 200))  # plain torch, no cleanflush code
+    print(f"plain read loop, min: {ref:.2f}us")
+    return ref
+
+
 def test_inductor_benchmarker_stock_vs_patched(gemm):
     bench = benchmarking.InductorBenchmarker()
     us = stock_and_patched(lambda: bench.benchmark_gpu(gemm))
-    ref = min(_measure.read_flush_reference(gemm, 200))  # plain torch, no cleanflush code
-    print(f"InductorBenchmarker (min of samples): stock={us['stock']:.2f}us patched={us['patched']:.2f}us; "
-          f"plain read loop min={ref:.2f}us")
-    assert us["stock"] >= 1.10 * ref, us  # the penalty is there to remove
-    assert (us["stock"] - us["patched"]) / (us["stock"] - ref) >= 0.6, (us, ref)
-    assert us["patched"] >= 0.95 * ref, (us, ref)  # nothing stayed warm
+    assert_clean(us, reference(gemm), 0.95)
 
+
+# The profiled benchmarkers time kernels only, without the ~1 us the events around a launch
+# add: their clean time sits a little under the event-timed reference, hence the lower floor.
+# Were our read counted inside the region, the patched time would grow by ~50 us.
 
 @pytest.mark.skipif(not hasattr(inductor_utils, "_DO_BENCH_PROFILE_EVENT_NAME"),
                     reason="not patched on this torch (cleanflush status says why)")
 def test_do_bench_using_profiling_stock_vs_patched(gemm):
-    # Profiler-based: only the kernels under the region count.  Were our read counted as
-    # part of the callable, the patched time would grow by ~50 us instead of shrinking.
     us = stock_and_patched(lambda: inductor_utils.do_bench_using_profiling(gemm))
-    print(f"do_bench_using_profiling (mean kernel time): stock={us['stock']:.2f}us patched={us['patched']:.2f}us")
-    assert us["patched"] <= 0.90 * us["stock"], us
+    assert_clean(us, reference(gemm), 0.85)
 
 
 @pytest.mark.skipif(not hasattr(benchmarking, "TorchProfilerBenchmarker"), reason="torch < 2.13")
 def test_torch_profiler_benchmarker_stock_vs_patched(gemm):
     bench = benchmarking.TorchProfilerBenchmarker()
     us = stock_and_patched(lambda: bench.benchmark_gpu(gemm))
-    assert us["patched"] <= 0.90 * us["stock"], us
+    assert_clean(us, reference(gemm), 0.85)
 
 
 AUTOTUNE_SCRIPT = """

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import wrapt
 
@@ -39,9 +39,18 @@ NAME = "inductor"  # as CLEANFLUSH_DISABLE names it
 HOOKS = (BENCHMARKING, UTILS)
 _READ_NOTE = "policy read runs as write-read here: the stock write is inline"
 
-# (target, bytes of the inline write or None for one L2, device type) while a patched
-# benchmark runs.
-_active: ContextVar[tuple[str, int | None, Any] | None] = ContextVar("cleanflush_inductor", default=None)
+
+
+class _Site(NamedTuple):
+    """The patched benchmark running now, in this context."""
+
+    target: str
+    written: int | None  # bytes of its inline write, None for one L2
+    device_type: Any  # as the caller passed it; None: upstream picks, as ``default_type`` does
+    default_type: Callable[[], str]
+
+
+_active: ContextVar[_Site | None] = ContextVar("cleanflush_inductor", default=None)
 _regions: set[str] = set()  # record_function names that open a timed region
 _patches = _patching.PatchSet()
 
@@ -52,26 +61,31 @@ def _version() -> str | None:
     return installed_version("torch")
 
 
-def _device(device_type: Any = None) -> Any:
+def _device(site: _Site, device_type: Any) -> Any:
     import torch
 
-    kind = getattr(device_type, "type", device_type) or "cuda"
+    kind = getattr(device_type, "type", device_type) or site.default_type()
     index = getattr(torch, kind).current_device()
     return torch.device(kind, index) if isinstance(index, int) else torch.device(kind)
 
 
-def _device_or_warn(target: str, device_type: Any) -> Any:
+def _device_or_warn(site: _Site, device_type: Any) -> Any:
     """The device to read on, or None (with one warning) when there is none to find."""
     try:
-        return _device(device_type)
+        return _device(site, device_type)
     except Exception as exc:
-        warn_once(f"device:{target}", f"{target}: no device for the read ({exc!r}); stock flush kept")
+        warn_once(f"device:{site.target}", f"{site.target}: no device for the read ({exc!r}); stock flush kept")
         return None
 
 
-def _benchmark(target: str, written: int | None) -> _patching.Wrapper:
+def _upstream_default(module: Any, name: str) -> Callable[[], str]:
+    """The device type upstream's ``name()`` picks when the caller names none (CUDA, XPU...)."""
+    return lambda: str(getattr(module, name, lambda: "cuda")())
+
+
+def _benchmark(target: str, written: int | None, default_type: Callable[[], str]) -> _patching.Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        token = _active.set((target, written, kwargs.get("device_type")))
+        token = _active.set(_Site(target, written, kwargs.get("device_type"), default_type))
         try:
             return wrapped(*args, **kwargs)
         finally:
@@ -83,9 +97,9 @@ def _benchmark(target: str, written: int | None) -> _patching.Wrapper:
 class _ReadBeforeStart(wrapt.ObjectProxy):  # type: ignore[misc]
     """A start event whose ``record()`` first enqueues the clean read."""
 
-    def __init__(self, event: Any, device: Any, target: str, written: int | None) -> None:
+    def __init__(self, event: Any, device: Any, site: _Site) -> None:
         super().__init__(event)
-        self._self_flush = (device, written, target)
+        self._self_flush = (device, site.written, site.target)
 
     def record(self, *args: Any, **kwargs: Any) -> Any:
         _flush.after_write(*self._self_flush)
@@ -94,27 +108,25 @@ class _ReadBeforeStart(wrapt.ObjectProxy):  # type: ignore[misc]
 
 def _get_event_pairs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     pairs = wrapped(*args, **kwargs)
-    active = _active.get()
-    if active is None:
+    site = _active.get()
+    if site is None:
         return pairs
-    target, written, device_type = active
     if not isinstance(pairs, list) or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
-        warn_once(f"pairs:{target}", f"{target}: get_event_pairs returned {type(pairs).__name__}, not a list "
-                  "of (start, end) pairs; its stock flush is kept")
+        warn_once(f"pairs:{site.target}", f"{site.target}: get_event_pairs returned {type(pairs).__name__}, "
+                  "not a list of (start, end) pairs; its stock flush is kept")
         return pairs
-    device = _device_or_warn(target, kwargs.get("device_type", device_type))
+    device = _device_or_warn(site, kwargs.get("device_type", site.device_type))
     if device is None:
         return pairs
-    return [(_ReadBeforeStart(start, device, target, written), end) for start, end in pairs]
+    return [(_ReadBeforeStart(start, device, site), end) for start, end in pairs]
 
 
 def _record_function_enter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    active = _active.get()
-    if active is not None and getattr(instance, "name", None) in _regions:
-        target, written, device_type = active
-        device = _device_or_warn(target, device_type)
+    site = _active.get()
+    if site is not None and getattr(instance, "name", None) in _regions:
+        device = _device_or_warn(site, site.device_type)
         if device is not None:
-            _flush.after_write(device, written, target)
+            _flush.after_write(device, site.written, site.target)
     return wrapped(*args, **kwargs)
 
 
@@ -141,11 +153,12 @@ def _apply_benchmarking(module: Any) -> None:
 
     inductor = getattr(module, "InductorBenchmarker", None)
     target = "InductorBenchmarker.benchmark_gpu"
+    default_type = _upstream_default(module, "_get_default_gpu_device_type")
     if inductor is None:
         _row(target, False, "not in this torch (added in 2.7); TritonBenchmarker is the default")
     elif "benchmark_gpu" in vars(inductor) and "get_event_pairs" in vars(inductor):
         _patches.wrap(inductor, "get_event_pairs", _get_event_pairs)
-        _patches.wrap(inductor, "benchmark_gpu", _benchmark(target, None))
+        _patches.wrap(inductor, "benchmark_gpu", _benchmark(target, None, default_type))
         _row(target, True, f"read after the inline L2-sized zero_(), before each start event; {_READ_NOTE}")
     else:
         _unsupported(target, "no get_event_pairs/benchmark_gpu on InductorBenchmarker")
@@ -159,7 +172,7 @@ def _apply_benchmarking(module: Any) -> None:
         _patch_record_function()
         _regions.add(region)
         written = 256 * 1024 * 1024 if torch.version.hip else None
-        _patches.wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written))
+        _patches.wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written, default_type))
         _row(target, True, f"read after the inline zero_(), outside the profiled {region!r} region; {_READ_NOTE}")
     else:
         _unsupported(target, "unknown TorchProfilerBenchmarker layout")
@@ -171,7 +184,8 @@ def _apply_utils(module: Any) -> None:
     if "_do_bench_using_profiling" in vars(module) and region:
         _patch_record_function()
         _regions.add(region)
-        _patches.wrap(module, "_do_bench_using_profiling", _benchmark(target, 256 * 10**6))
+        _patches.wrap(module, "_do_bench_using_profiling",
+                      _benchmark(target, 256 * 10**6, _upstream_default(module, "get_gpu_type")))
         _row(target, True, f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")
     elif "_do_bench_using_profiling" in vars(module):
         _unsupported(target, "this torch's _do_bench_using_profiling has no named profiler region "
