@@ -118,7 +118,7 @@ def test_get_empty_cache_prepares_the_read_buffer(monkeypatch):
     _flush.release()
     cache = bare_driver(cls).get_empty_cache_for_benchmark()
     assert cache is stock_cache  # the stock tensor, untouched
-    buffer, _, l2 = _flush._buffers[cache.device]
+    buffer, _, l2, _ = _flush._buffers[cache.device]
     assert buffer.numel() * 4 == _flush.buffer_bytes(l2) == 256 * 1024 * 1024
 
 

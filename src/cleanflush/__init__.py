@@ -131,6 +131,9 @@ def status() -> list[TargetStatus]:
     for device, reason in sorted(STATE.read_unavailable.items()):
         rows.append(TargetStatus(f"read buffer on {device}", "cleanflush", __version__, False,
                                  f"{reason}: every flush on {device} runs the stock write"))
+    for device, reason in sorted(STATE.sweep_unavailable.items()):
+        rows.append(TargetStatus(f"read kernel on {device}", "cleanflush", __version__, False,
+                                 f"cleanflush_l2_sweep could not be built ({reason}): the read runs as torch's sum"))
     return rows
 
 

@@ -8,7 +8,9 @@ Rules the code below keeps (measured on an H200, see README):
 
 * The read sums a float32 buffer of our own.  Summing the int32 flush buffer would widen
   it to int64 through a temporary that dirties L2 again, and re-reading the lines just
-  zeroed keeps them dirty.
+  zeroed keeps them dirty.  On CUDA the sum is a kernel named ``cleanflush_l2_sweep``
+  (``_sweep``), so that timers which pick kernels by name never take it for the kernel
+  under test; torch's sum where that kernel cannot be built, and on CPU.
 * Write plus read cover at least the bytes of Triton's stock 256 MiB ``zero_``, so the GPU
   stays busy while the host queues the start event and the timed call; a shorter flush
   lets launch latency into the timing.
@@ -23,7 +25,7 @@ Rules the code below keeps (measured on an H200, see README):
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from ._policy import current_policy
 from ._state import LOCK, STATE, count_flush, warn_once
@@ -34,8 +36,18 @@ if TYPE_CHECKING:
 MiB = 1 << 20
 STOCK_FLUSH_BYTES = 256 * MiB  # Triton's zero_ buffer: the GPU-busy time a flush must keep
 
-# device -> (float32 read buffer, float32 scalar sink, L2 bytes or 0 when unknown)
-_buffers: dict[Any, tuple[torch.Tensor, torch.Tensor, int]] = {}
+
+
+class ReadBuffer(NamedTuple):
+    """What one device reads with, made once by ``prepare``."""
+
+    buffer: torch.Tensor  # float32, ``buffer_bytes(l2)`` long
+    sink: torch.Tensor  # float32 scalar the sum goes to
+    l2: int  # L2 bytes, 0 when the device reports none
+    sweep: Callable[[torch.Tensor, torch.Tensor], None] | None  # the named kernel; None: torch's sum
+
+
+_buffers: dict[Any, ReadBuffer] = {}
 _prepare_lock = threading.Lock()
 
 
@@ -62,7 +74,7 @@ def buffer_bytes(l2: int) -> int:
     return read_bytes(l2, 0)
 
 
-def prepare(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
+def prepare(device: torch.device) -> ReadBuffer:
     """Allocate (once per device, also under threads) the read buffer; call it outside
     graph capture.  A device whose buffer failed raises ReadUnavailable from then on."""
     entry = _buffers.get(device)
@@ -81,13 +93,32 @@ def prepare(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
             raise ReadUnavailable("the read buffer cannot be allocated during CUDA graph capture")
         try:
             l2 = l2_bytes(device)
-            entry = _allocate_outside_pools(device, buffer_bytes(l2) // 4) + (l2,)
+            buffer, sink = _allocate_outside_pools(device, buffer_bytes(l2) // 4)
         except Exception as exc:
             with LOCK:
                 STATE.read_unavailable[str(device)] = f"the read buffer could not be allocated ({exc})"
             raise ReadUnavailable(STATE.read_unavailable[str(device)]) from exc
-        _buffers[device] = entry
+        entry = _buffers[device] = ReadBuffer(buffer, sink, l2, _build_sweep(buffer, sink))
         return entry
+
+
+def _build_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+    """The named read kernel for a CUDA buffer; None (torch's sum) on CPU, or, said once and
+    shown by status, where it cannot be built."""
+    if buffer.device.type != "cuda":
+        return None
+    try:
+        from . import _sweep
+
+        return _sweep.build(buffer, sink, _sweep.programs_for(buffer.device))
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        with LOCK:
+            STATE.sweep_unavailable[str(buffer.device)] = reason
+        warn_once(f"sweep:{buffer.device}", f"the read kernel cleanflush_l2_sweep could not be built on "
+                  f"{buffer.device} ({reason}); the read runs as torch's sum, which timers that pick "
+                  "kernels by name can mistake for the kernel under test")
+        return None
 
 
 def _allocate_outside_pools(device: torch.device, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,18 +163,23 @@ def release() -> None:
 
 
 def read(device: torch.device, nbytes: int) -> None:
-    """Enqueue a float32 sum over ``nbytes`` of the read buffer on ``device``'s current stream."""
+    """Enqueue a float32 sum over ``nbytes`` of the read buffer on ``device``'s current stream:
+    one kernel, no allocation, no host sync."""
     import torch
 
-    buffer, sink, _ = prepare(device)
-    torch.sum(buffer[: nbytes // 4], dim=0, out=sink)
+    entry = prepare(device)
+    data = entry.buffer[: nbytes // 4]
+    if entry.sweep is not None:
+        entry.sweep(data, entry.sink)
+    else:
+        torch.sum(data, dim=0, out=entry.sink)
 
 
 def _read_after(device: torch.device, written: int | None, target: str) -> bool:
     """The clean read after ``written`` bytes of stock write (``None``: one L2 of it);
     False, with one warning, when it could not run."""
     try:
-        l2 = prepare(device)[2]
+        l2 = prepare(device).l2
         read(device, read_bytes(l2, l2 if written is None else written))
         return True
     except Exception as exc:

@@ -52,6 +52,8 @@ class _State:
     warned: set[str] = field(default_factory=set)
     # device -> why its read buffer could not be prepared (not retried)
     read_unavailable: dict[str, str] = field(default_factory=dict)
+    # device -> why the named read kernel could not be built there (torch's sum reads instead)
+    sweep_unavailable: dict[str, str] = field(default_factory=dict)
     # once per process, also across importlib.reload(cleanflush)
     hooks_registered: bool = False
 
@@ -116,6 +118,7 @@ def reset_for_tests() -> None:
         STATE.flushes.clear()
         STATE.warned.clear()
         STATE.read_unavailable.clear()
+        STATE.sweep_unavailable.clear()
 
 
 REPORT_VAR = "CLEANFLUSH_REPORT"
