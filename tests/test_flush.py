@@ -174,18 +174,17 @@ import json, torch
 from cleanflush import _sweep
 out = {}
 for n in (1, 4095, 4096, 3 * 4096 * 5 + 7):
-    data = torch.arange(n, dtype=torch.float32) % 7
+    data = torch.zeros(n, dtype=torch.float32)  # the read buffer: zeros
     sink = torch.zeros((), dtype=torch.float32)
-    sweep = _sweep.build(data, sink, 3)  # runs once while building
+    sweep = _sweep.build(data, sink, 3)  # compiles, checks itself, leaves the zeros
+    out[f"zeros left {n}"] = [float(data.abs().sum()), 0.0]
+    data.copy_(torch.arange(n, dtype=torch.float32) % 7)
     sink.zero_()
     sweep(data, sink)
     out[n] = [float(sink), float(data.sum())]
-half = torch.ones(8192, dtype=torch.float32)
-sink = torch.zeros((), dtype=torch.float32)
-sweep = _sweep.build(half, sink, 2)
 sink.zero_()
-sweep(half[:5000], sink)  # a prefix, as the read after a write asks
-out["prefix"] = [float(sink), 5000.0]
+sweep(data[:5000], sink)  # a prefix, as the read after a write asks
+out["prefix"] = [float(sink), float(data[:5000].sum())]
 print(json.dumps(out))
 """
 
@@ -237,3 +236,63 @@ def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
     row = {r.target: r for r in cleanflush.status()}["read kernel on cuda:0"]
     assert not row.patched and "RuntimeError: PTX too new" in row.detail and "more lines" not in row.detail
     assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cpu")), None) is None  # CPU: the sum
+
+
+class FakeKernel:
+    """Stands in for the Triton kernel: ``kernel[grid](...)`` (the JIT launch) sums with
+    torch and returns a compiled kernel whose direct runner takes ``takes`` arguments
+    (Triton 3.3+ passes the constexpr too, older versions do not; other lists raise).
+    ``right=False``: every launch writes a wrong sum."""
+
+    def __init__(self, takes, right=True):
+        self.takes, self.right, self.launched = takes, right, []
+
+    def _sum(self, how, data, out, n):
+        self.launched.append(how)
+        out += data[:n].sum() if self.right else -1.0
+
+    def __getitem__(self, grid):
+        def jit(data, out, n, BLOCK, num_warps):
+            self._sum("jit", data, out, n)
+            return Compiled(self)
+
+        return jit
+
+
+class Compiled:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def runner(*args):
+            if len(args) != self.kernel.takes:
+                raise TypeError(f"expected {self.kernel.takes} arguments, got {len(args)}")
+            self.kernel._sum(f"direct/{len(args)}", *args[:3])
+
+        return runner
+
+
+@pytest.mark.parametrize("takes, used", [(4, "direct/4"), (3, "direct/3"), (9, "jit")])
+def test_the_sweep_launches_the_way_its_triton_takes(monkeypatch, takes, used):
+    pytest.importorskip("triton")
+    from cleanflush import _sweep
+
+    kernel = FakeKernel(takes)
+    monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", kernel)
+    buffer, sink = torch.zeros(4 * _sweep.BLOCK), torch.zeros(())
+    sweep = _sweep.build(buffer, sink, 2)
+    assert float(buffer.abs().sum()) == 0  # the check's ones are gone
+    kernel.launched.clear()
+    buffer[:10] = 3.0
+    sink.zero_()
+    sweep(buffer[:8], sink)
+    assert kernel.launched == [used] and float(sink) == 24.0
+
+
+def test_a_sweep_that_never_sums_right_is_not_used(monkeypatch):
+    pytest.importorskip("triton")
+    from cleanflush import _sweep
+
+    monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", FakeKernel(4, right=False))
+    with pytest.raises(RuntimeError, match=r"no launch of cleanflush_l2_sweep summed right \(direct, direct wi"):
+        _sweep.build(torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), 2)

@@ -129,7 +129,12 @@ def test_verify_record_has_the_shape_the_cpu_tests_judge(tmp_path):
     path = tmp_path / "verify.json"
     assert main(["verify", "--rounds", "2", "--json", str(path)]) == 0
     live, real = json.loads(path.read_text()), json.loads(REAL_RECORD.read_text())
+    assert live["ncu"] is None  # not asked for here; the recorded run had --ncu
+    rows = {json.dumps(sorted(row)) for record in (live, real) for row in record["targets"]}
+    assert len(rows) == 1  # every status row has the same keys (a version may be None)
     for record in (live, real):
+        for varies in ("ncu", "targets"):
+            record.pop(varies)
         record["machine"].pop("other_processes")  # other users of the GPU vary
     assert shape(live) == shape(real)
     assert per_round_lengths(live) == {2}
