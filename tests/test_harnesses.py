@@ -179,3 +179,79 @@ def test_a_spawned_evaluator_is_patched_by_the_autoload(stand_ins):
         {"CLEANFLUSH": "1"})
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "[(('kernelbench', 'write-read'), 3), (('sol-execbench', 'write-read'), 3)]"
+
+
+MiB = 1 << 20
+# bytes each harness's stock flush writes (its own constant or its cache), and so what the
+# read after it covers under a 100 MiB L2: max(2 x L2, 256 MiB - written)
+WRITTEN = {"kernelbench": 256 * MiB, "sol-execbench": 2 * MiB, "deep-ep": int(256e6) // 4 * 4}
+
+
+@pytest.mark.parametrize("harness", list(MODULES))
+def test_the_read_is_sized_from_what_the_harness_wrote(stand_ins, harness, monkeypatch):
+    monkeypatch.setattr(_flush, "l2_bytes", lambda device: 100 * MiB)
+    _flush.release()
+    names, rec = bench_ops(harness, "write-read")
+    sizes = {args[0].numel() * 4 for name, args, _ in rec.ops if name == "sum"}
+    assert sizes == {max(200 * MiB, 256 * MiB - WRITTEN[harness])}
+    assert cleanflush.flush_counts() == {(harness, "write-read"): 3}
+
+
+def expected_rows(harness, detail, patched):
+    target = f"{MODULES[harness]}.{FUNCTIONS[harness]}"
+    return [cleanflush._state.TargetStatus(target, harness, None, patched, detail)]  # not installed: no version
+
+
+@pytest.mark.parametrize("harness, commit", [("kernelbench", "KernelBench 0de4ce8"),
+                                             ("sol-execbench", "SOL-ExecBench 2f55c0f"),
+                                             ("deep-ep", "DeepEP 855fa9d")])
+def test_status_rows_through_a_harness_life(stand_ins, harness, commit):
+    from cleanflush.patches import TARGETS
+
+    target = next(t for t in TARGETS if t.NAME == harness)
+    assert target.HOOKS == (MODULES[harness],)
+    patched = f"the flush its benchmarks call; checked against {commit}'s layout"
+    assert target.status() == expected_rows(harness, patched, True)
+    cleanflush.uninstall()
+    assert target.status() == expected_rows(harness, "uninstalled", False)
+    cleanflush.install()
+    module = importlib.import_module(MODULES[harness])
+    stock = vars(module).pop(FUNCTIONS[harness]).__wrapped__
+    try:  # a version of the harness without the function: stock, and said
+        # the function went away under our wrapper: said once, and uninstall goes on
+        with pytest.warns(RuntimeWarning, match=rf"^cleanflush: {MODULES[harness]}\.{FUNCTIONS[harness]} was "
+                                                r"wrapped again after cleanflush \(or replaced\)"):
+            cleanflush.uninstall()
+        cleanflush.install()
+        gone = f"unsupported: {MODULES[harness]} has no function {FUNCTIONS[harness]}; stock flush kept"
+        assert target.status() == expected_rows(harness, gone, False)
+    finally:
+        setattr(module, FUNCTIONS[harness], stock)
+
+
+@pytest.mark.parametrize("harness", list(MODULES))
+def test_status_of_a_harness_that_is_not_installed(harness):
+    from cleanflush.patches import TARGETS
+
+    assert MODULES[harness] not in sys.modules
+    target = next(t for t in TARGETS if t.NAME == harness)
+    assert target.status() == expected_rows(harness, f"{harness} is not installed", False)
+
+
+def test_keyword_calls_reach_the_stock_function_unchanged(stand_ins):
+    kernelbench = importlib.import_module("kernelbench.timing")
+    deep_ep = importlib.import_module("deep_ep.utils.testing")
+    sol = importlib.import_module("sol_execbench.core.bench.timing")
+    _flush.prepare(torch.device("cpu"))
+    cache = torch.ones(64, dtype=torch.int8)
+    with OpRecorder() as rec:
+        kernelbench.clear_l2_cache(device="cpu")
+        deep_ep.flush_l2_cache(enabled=True)
+        deep_ep.flush_l2_cache(enabled=False)  # no flush asked for: none, and not counted
+        sol._clear_cache(cache=cache)
+    assert rec.names == ["empty", "fill_", "sum", "empty", "zero_", "sum", "zero_", "sum"]
+    assert int(cache.sum()) == 0
+    assert cleanflush.flush_counts() == {("kernelbench", "write-read"): 1, ("deep-ep", "write-read"): 1,
+                                         ("sol-execbench", "write-read"): 1}
+    with pytest.raises(TypeError):  # a call the stock function refuses is refused the same way
+        sol._clear_cache(cache, "extra")

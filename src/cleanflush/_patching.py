@@ -19,7 +19,7 @@ Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], A
 
 @dataclass(eq=False)
 class Patch:
-    owner: type
+    owner: Any  # a class, or the module of a harness function
     name: str
     original: Any
     wrapper: Any = None
@@ -60,10 +60,12 @@ def unwrap(patch: Patch) -> None:
     if vars(patch.owner).get(patch.name) is patch.wrapper:
         setattr(patch.owner, patch.name, patch.original)
     else:
+        # a module owner has no __qualname__ (a harness function patched in its module)
+        owner = getattr(patch.owner, "__qualname__", None) or getattr(patch.owner, "__name__", repr(patch.owner))
         warn_once(
             f"unwrap:{id(patch)}",
-            f"{patch.owner.__qualname__}.{patch.name} was wrapped again after cleanflush; "
-            "cleanflush's wrapper is disabled and left in place under the newer one",
+            f"{owner}.{patch.name} was wrapped again after cleanflush (or replaced); "
+            "cleanflush's wrapper is disabled and left where it is",
         )
     patch.active = False
 

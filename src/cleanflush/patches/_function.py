@@ -24,7 +24,6 @@ class ModuleFunction:
         self.NAME = name  # as CLEANFLUSH_DISABLE names it
         self.PACKAGE = package  # the distribution, for its version
         self.HOOKS = (module,)
-        self.__name__ = f"cleanflush.patches.{name}"
         self.module, self.attr, self.where, self.checked = module, attr, where, checked
         self.target = f"{module}.{attr}"
         self._patches = _patching.PatchSet()
