@@ -360,3 +360,96 @@ def test_the_clean_policies_read_a_separate_region(monkeypatch):
         cache, rec, counted = _clear_cache_under(name, monkeypatch)
         assert not overlaps(rec.ops[-1][1][0], cache)
         assert counted == {("triton", name): 1}
+
+
+# The verdict's words, written out by hand from the record() numbers (jitter cancels in the
+# per-round penalty, so each share is exact): what a user reads must say what happened.
+
+def test_every_reason_of_a_pass_word_for_word():
+    v = verdict.judge(record(inductor=(17.5, 14.2), ncu={"stock": 11.0, "write-read": 0.02}))
+    assert v["reasons"] == [
+        "triton flushed through cleanflush: write-read x 5000",
+        "do_bench: 15.90 us against stock 18.90 us and the clean reference 15.40 us, rotating graph "
+        "13.00 us: removed 86% of the 3.50 us stock penalty (needs 60%)",
+        "InductorBenchmarker.benchmark_gpu flushed through cleanflush: write-read x 400",
+        "Inductor benchmark_gpu (min): 14.20 us against stock 17.50 us and the clean reference 14.10 us: "
+        "removed 97% of the 3.40 us stock penalty (needs 60%)",
+        "Nsight Compute: the timed GEMM writes 0.020 MB after this flush (stock 11.00 MB); at most 1.0 MB is clean",
+    ]
+    assert (v["result"], v["exit_code"]) == ("PASS", 0)
+    assert v["margin"] == pytest.approx(3.0 / 3.5 - 0.6)  # the smaller of do_bench's and Inductor's
+
+
+def test_every_reason_of_a_fail_word_for_word():
+    rec = record(timed={"write-read": 18.8}, inductor=(17.5, 17.45),
+                 counts={"write-read": {"triton | write": 5000, "triton | write-read": 1}}, ncu={"write-read": 11.0},
+                 targets=[{"target": "triton.x", "package": "triton", "version": "3.6.0", "patched": False,
+                           "detail": "unsupported here"},
+                          {"target": "torch.y", "package": "torch", "version": "2.11.0", "patched": False,
+                           "detail": "another package"}])
+    rec["flushes"]["write-read"][f"{INDUCTOR} | write-read"] = 0  # counted nothing: not evidence
+    v = verdict.judge(rec)
+    assert v["reasons"] == [
+        "FAIL: 5000 of 5001 flushes in triton ran the stock write (the clean read failed or was skipped)",
+        "  triton.x: unsupported here",
+        "FAIL: do_bench: 18.80 us against stock 18.90 us and the clean reference 15.40 us, rotating graph "
+        "13.00 us: removed 3% of the 3.50 us stock penalty (needs 60%)",
+        "FAIL: no flush ran through cleanflush in InductorBenchmarker.benchmark_gpu",
+        "FAIL: Inductor benchmark_gpu (min): 17.45 us against stock 17.50 us and the clean reference 14.10 us: "
+        "removed 1% of the 3.40 us stock penalty (needs 60%)",
+        "FAIL: Nsight Compute: the timed GEMM writes 11.000 MB after this flush; more than 1.0 MB is dirty "
+        "write-back, whatever the timing says",
+    ]
+    assert (v["result"], v["exit_code"]) == ("FAIL", 1)
+    assert v["margin"] == pytest.approx(0.05 / 3.4 - 0.6)  # Inductor's, the smaller
+
+
+def test_only_the_stock_write_and_the_write_policy_are_said_plainly():
+    v = verdict.judge(record(counts={"write-read": {"triton | write": 7}}, policy="write-read"))
+    assert v["reasons"][0] == "FAIL: 7 of 7 flushes in triton ran the stock write (the clean read failed or was skipped)"
+    v = verdict.judge_candidate(record(candidates=("control: stock write",),
+                                       counts={"control: stock write": {"triton | write": 7}}), "control: stock write")
+    assert v["reasons"][0] == "FAIL: only the stock write ran in triton (7 flushes)"
+    v = verdict.judge(record(policy="write"))
+    assert v == {"result": "FAIL", "exit_code": 1, "margin": None,
+                 "reasons": ["the policy is 'write', the stock flush: there is no clean flush to verify"]}
+    v = verdict.judge(record(installed=False))
+    assert v["reasons"] == ["cleanflush is not installed in this process (CLEANFLUSH=0?)"]
+
+
+def flat(rec, candidate, stock, timed, reference, graph):
+    """The record with every round equal (no jitter), to put a number exactly on a bar."""
+    t = rec["timings_us"]
+    t["do_bench"]["stock"], t["do_bench"][candidate] = [stock] * ROUNDS, [timed] * ROUNDS
+    t["reference"][candidate], t["rotating_graph"] = [reference] * ROUNDS, [graph] * ROUNDS
+    return rec
+
+
+def test_the_bars_are_inclusive_where_the_docs_say_so():
+    # exactly 60% of a 5 us penalty removed: a pass, by a margin of 0
+    v = verdict.judge(flat(record(), "write-read", 21.0, 18.0, 16.0, 10.0))
+    assert (v["result"], v["margin"]) == ("PASS", 0.0)
+    # exactly the rotating graph's time: not faster than it, so not warm
+    assert verdict.judge(flat(record(), "write-read", 21.0, 16.0, 16.0, 16.0))["result"] == "PASS"
+    assert "stayed warm in L2" in verdict.judge(flat(record(), "write-read", 21.0, 15.99, 16.0, 16.0))["reasons"][1]
+    # a penalty exactly at the noise floor (3% of the reference) is no penalty
+    v = verdict.judge(flat(record(), "write-read", 51.5, 50.0, 50.0, 10.0))
+    assert v["result"] == "NO-PENALTY" and v["reasons"][1] == (
+        "do_bench: the stock flush shows no measurable penalty here (+1.50 us against noise +-1.50 us)")
+    # exactly 1 MB written by the GEMM under ncu is still clean
+    assert verdict.judge(record(ncu={"write-read": 1.0}))["result"] == "PASS"
+    assert verdict.judge(record(ncu={"write-read": 1.001}))["result"] == "FAIL"
+
+
+def test_a_flush_with_no_penalty_to_remove_is_judged_zero():
+    shares = verdict.penalty_share([10.0, 10.0, 10.0], [9.0, 9.0, 9.0], [10.0, 10.5, 12.0])
+    assert shares["share"] == 0.0 and shares["penalty_us"] == -0.5
+
+
+def test_the_controls_exit_code_follows_the_wrong_ones():
+    names = ("write-read", "control: stock write")
+    counts = {"control: stock write": {"triton | write": 5000}}
+    good = verdict.judge_controls(record(candidates=names, timed={"control: stock write": 18.8}, counts=counts))
+    assert (good["result"], good["exit_code"], good["wrong"]) == ("PASS", 0, [])
+    bad = verdict.judge_controls(record(candidates=names, timed={"write-read": 18.8}, counts=counts))
+    assert (bad["result"], bad["exit_code"], bad["wrong"]) == ("FAIL", 1, ["write-read"])

@@ -163,8 +163,8 @@ def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
             bytes_ok = dirty <= NCU_DIRTY_MB
             failed |= not bytes_ok
             reasons.append(("" if bytes_ok else "FAIL: ")
-                           + f"Nsight Compute: the timed GEMM writes {dirty:.3f} MB after this flush "
-                           + (f"(stock {stock:.2f} MB); " if stock is not None else "; ")
+                           + f"Nsight Compute: the timed GEMM writes {dirty:.3f} MB after this flush"
+                           + (f" (stock {stock:.2f} MB); " if stock is not None else "; ")
                            + (f"at most {NCU_DIRTY_MB} MB is clean" if bytes_ok
                               else f"more than {NCU_DIRTY_MB} MB is dirty write-back, whatever the timing says"))
 
