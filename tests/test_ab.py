@@ -249,3 +249,66 @@ def test_a_key_filled_from_the_disk_cache_is_not_recorded(recording):
         decisions._autotuner_run(lambda stock=stock: stock(tuner), tuner, (), {})
     lines = [json.loads(line) for line in recording.read_text().splitlines()]
     assert [d["key"] for d in lines] == ["(512,)"] and lines[0]["winner"] == "new best"
+
+
+def test_the_winner_is_the_fastest_choice_that_ran():
+    assert decisions._winner({"a": 2.0, "b": 1.0, "c": 3.0}) == "b"
+    assert decisions._winner({"failed": float("inf"), "nan": float("nan"), "ran": 5.0}) == "ran"
+    assert decisions._winner({"failed": float("inf"), "nan": float("nan")}) is None
+    assert decisions._winner({}) is None
+
+
+def test_a_kernel_decision_word_for_word():
+    class Launcher:
+        def __init__(self, config):
+            self.config = config
+
+    class Tuner:
+        inductor_meta = {"kernel_name": "triton_red_fused_mv_0"}
+        size_hints = {"x": 4096}
+
+    fast, slow = Launcher("XBLOCK: 1"), Launcher("XBLOCK: 8")
+    assert decisions.kernel_decision(Tuner(), {fast: 0.013, slow: [0.019, 0.018, 0.02]}) == {
+        "kind": "inductor-kernel", "op": "triton_red_fused_mv_0", "key": "{'x': 4096}",
+        "timings_ms": {"XBLOCK: 1": 0.013, "XBLOCK: 8": 0.019}, "winner": "XBLOCK: 1"}
+
+    def triton_poi_0():
+        pass
+
+    class Bare:  # no inductor_meta, no size_hints; launchers without a config: their str
+        fn = triton_poi_0
+
+    assert decisions.kernel_decision(Bare(), {"launcher-a": 1.0}) == {
+        "kind": "inductor-kernel", "op": "triton_poi_0", "key": "", "timings_ms": {"launcher-a": 1.0},
+        "winner": "launcher-a"}
+    assert decisions.kernel_decision(object(), {})["op"] == "?"
+
+
+def test_choice_labels_and_shapes_are_the_same_in_every_process():
+    assert decisions.choice_label(Choice("triton_mm_12", "BLOCK_M=16")) == "triton_mm BLOCK_M=16"
+    assert decisions.choice_label(Choice("mm", None)) == "mm"
+
+    class ExternKernelChoice:  # no name: its type's
+        description = "cublas"
+
+    assert decisions.choice_label(ExternKernelChoice()) == "ExternKernelChoice cublas"
+    assert decisions._shape(Node([1, 4096])) == "1x4096 bfloat16"
+    assert decisions._shape(object()) == "object"
+
+
+def test_a_decision_that_cannot_be_read_is_said_once_and_the_timings_pass_through(recording):
+    timings = {"not a launcher": "not a time"}
+    with pytest.warns(RuntimeWarning, match=r"could not read an Inductor kernel's autotuning \(ValueError"):
+        result = decisions._benchmark_all_configs(lambda *a, **k: (a, k, timings)[2], object(), (1,), {"k": 2})
+    assert result is timings
+    assert "decisions:kernel" in cleanflush._state.STATE.warned
+    with pytest.warns(RuntimeWarning, match=r"could not read an Inductor autotuning decision \(TypeError"):
+        decisions._inductor_feedback(None, "mm", [])
+    assert "decisions:inductor" in cleanflush._state.STATE.warned
+    assert not recording.exists()
+
+
+def test_the_benchmark_gets_the_callers_arguments(recording):
+    seen = []
+    decisions._benchmark_all_configs(lambda *a, **k: seen.append((a, k)) or {}, object(), (1, 2), {"k": 3})
+    assert seen == [((1, 2), {"k": 3})]
