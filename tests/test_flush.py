@@ -296,3 +296,51 @@ def test_a_sweep_that_never_sums_right_is_not_used(monkeypatch):
     monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", FakeKernel(4, right=False))
     with pytest.raises(RuntimeError, match=r"no launch of cleanflush_l2_sweep summed right \(direct, direct wi"):
         _sweep.build(torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), 2)
+
+
+def test_l2_size_comes_from_the_cuda_device_properties(monkeypatch):
+    # stands in for torch.cuda.get_device_properties, which needs a GPU
+    seen = []
+
+    def properties(device):
+        seen.append(device)
+        return types.SimpleNamespace(L2_cache_size=62914560)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    assert _flush.l2_bytes(torch.device("cuda", 1)) == 62914560 and seen == [torch.device("cuda", 1)]
+    assert _flush.l2_bytes(torch.device("cpu")) == 0 and len(seen) == 1
+
+
+def test_no_buffer_is_made_during_capture(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(_flush.ReadUnavailable, match="^the read buffer cannot be allocated during CUDA graph capture$"):
+        _flush.prepare(torch.device("cuda", 0))
+    assert cleanflush._state.STATE.read_unavailable == {}  # the next flush outside capture may make it
+
+
+def test_the_buffer_is_float32_whatever_the_default_dtype():
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        entry = _flush.prepare(torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(default)
+    assert entry.buffer.dtype == entry.sink.dtype == torch.float32 and entry.sink.dim() == 0
+    assert float(entry.buffer.abs().sum()) == 0.0
+
+
+def test_a_buffer_that_cannot_be_made_is_said_and_not_tried_again(monkeypatch):
+    calls = []
+
+    def no_memory(device, numel):
+        calls.append(numel)
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(_flush, "_allocate_outside_pools", no_memory)
+    for _ in range(2):
+        with pytest.raises(_flush.ReadUnavailable,
+                           match=r"^the read buffer could not be allocated \(CUDA out of memory\)$"):
+            _flush.prepare(torch.device("cpu"))
+    assert calls == [256 * MiB // 4]  # tried once
+    assert cleanflush._state.STATE.read_unavailable == {
+        "cpu": "the read buffer could not be allocated (CUDA out of memory)"}
