@@ -255,3 +255,89 @@ def test_keyword_calls_reach_the_stock_function_unchanged(stand_ins):
                                          ("sol-execbench", "write-read"): 1}
     with pytest.raises(TypeError):  # a call the stock function refuses is refused the same way
         sol._clear_cache(cache, "extra")
+
+
+def test_where_each_harness_flushes(monkeypatch):
+    # the device and bytes each harness's call asks for; CUDA's current device stood in for
+    from cleanflush.patches import deep_ep, kernelbench, sol_execbench
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cuda = torch.device
+    assert kernelbench._where((), {}) == (cuda("cuda", 2), 256 * MiB)  # its default: "cuda"
+    assert kernelbench._where(("cuda",), {}) == (cuda("cuda", 2), 256 * MiB)
+    assert kernelbench._where(("cuda:1",), {}) == (cuda("cuda", 1), 256 * MiB)
+    assert kernelbench._where((), {"device": "cpu"}) == (cuda("cpu"), 256 * MiB)
+    assert kernelbench._where((cuda("cuda", 3),), {}) == (cuda("cuda", 3), 256 * MiB)
+    assert deep_ep._where((), {}) == (cuda("cuda", 2), int(256e6))
+    assert deep_ep._where((True,), {}) == (cuda("cuda", 2), int(256e6))
+    assert deep_ep._where((False,), {}) is None and deep_ep._where((), {"enabled": False}) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert deep_ep._where((), {"enabled": True}) == (cuda("cpu"), int(256e6))
+    cache = torch.zeros(1000, dtype=torch.int8)
+    assert sol_execbench._where((cache,), {}) == (cache.device, 1000)
+    assert sol_execbench._where((), {"cache": cache.view(torch.int32)}) == (cache.device, 1000)
+    assert sol_execbench._where((cache, 1), {}) is None  # not the call it makes: stock
+    assert sol_execbench._where(("not a tensor",), {}) is None
+
+
+def test_a_module_function_target_of_its_own(monkeypatch):
+    # the helper every module-function harness is built from, on a module made here
+    import types as pytypes
+
+    from cleanflush.patches._function import ModuleFunction
+
+    module = pytypes.ModuleType("x_harness.timing")
+    calls = []
+
+    def flush(cache, *, note="stock"):
+        calls.append(note)
+        cache.zero_()
+
+    module.flush = flush
+    monkeypatch.setitem(sys.modules, "x_harness.timing", module)
+    target = ModuleFunction("x-harness", "x-dist", "x_harness.timing", "flush",
+                            lambda args, kwargs: (args[0].device, 64), "checked against nothing")
+    assert (target.NAME, target.PACKAGE, target.HOOKS, target.target) == (
+        "x-harness", "x-dist", ("x_harness.timing",), "x_harness.timing.flush")
+    assert target.status() == [cleanflush._state.TargetStatus(
+        "x_harness.timing.flush", "x-harness", None, False, "x-harness is not installed")]
+    target.apply()
+    try:
+        assert target.status() == [cleanflush._state.TargetStatus(
+            "x_harness.timing.flush", "x-harness", None, True, "the flush its benchmarks call; checked against nothing")]
+        cache = torch.ones(16, dtype=torch.int32)
+        _flush.prepare(cache.device)
+        with OpRecorder() as rec:
+            module.flush(cache, note="kw")
+        assert calls == ["kw"] and rec.names == ["zero_", "sum"]
+        assert cleanflush.flush_counts() == {("x-harness", "write-read"): 1}
+        sizes = [args[0].numel() * 4 for name, args, _ in rec.ops if name == "sum"]
+        assert sizes == [256 * MiB - 64]  # what the where function said was written
+    finally:
+        target.revert()
+    assert module.flush is flush
+    assert target.status()[0].detail == "uninstalled"
+
+
+def test_a_call_the_where_function_cannot_read_runs_stock(monkeypatch):
+    import types as pytypes
+
+    from cleanflush.patches._function import ModuleFunction
+
+    module = pytypes.ModuleType("y_harness")
+    module.flush = lambda cache: cache.zero_()
+    monkeypatch.setitem(sys.modules, "y_harness", module)
+
+    def unreadable(args, kwargs):
+        raise KeyError("a layout we do not know")
+
+    target = ModuleFunction("y-harness", "y-dist", "y_harness", "flush", unreadable, "checked against nothing")
+    target.apply()
+    try:
+        cache = torch.ones(16, dtype=torch.int32)
+        with OpRecorder() as rec:
+            module.flush(cache)
+        assert rec.names == ["zero_"] and cleanflush.flush_counts() == {}
+    finally:
+        target.revert()
