@@ -453,3 +453,54 @@ def test_the_controls_exit_code_follows_the_wrong_ones():
     assert (good["result"], good["exit_code"], good["wrong"]) == ("PASS", 0, [])
     bad = verdict.judge_controls(record(candidates=names, timed={"write-read": 18.8}, counts=counts))
     assert (bad["result"], bad["exit_code"], bad["wrong"]) == ("FAIL", 1, ["write-read"])
+
+
+def test_every_policy_that_ran_is_listed():
+    v = verdict.judge(record(counts={"write-read": {"triton | write-read": 2, "triton | read": 3}}))
+    assert v["reasons"][0] == "triton flushed through cleanflush: read x 3, write-read x 2"
+
+
+def test_a_penalty_under_one_microsecond_still_counts():
+    assert verdict.penalty_share([10.5] * 3, [10.0] * 3, [10.0] * 3)["share"] == 1.0
+
+
+def test_judge_timing_names_its_state():
+    assert verdict.judge_timing("t", [20.0] * 3, [16.0] * 3, [16.0] * 3, None)[0] == "pass"
+    assert verdict.judge_timing("t", [20.0] * 3, [19.0] * 3, [16.0] * 3, None)[0] == "fail"
+    assert verdict.judge_timing("t", [16.1] * 3, [16.0] * 3, [16.0] * 3, None)[0] == "no-penalty"
+    state, margin, why = verdict.judge_timing("t", [20.0] * 3, [15.0] * 3, [16.0] * 3, [15.5] * 3)
+    assert (state, margin) == ("fail", None) and why == (
+        "t: 15.00 us against stock 20.00 us and the clean reference 16.00 us: faster than the "
+        "rotating-weight graph 15.50 us (cold weight, no launch gaps), so data stayed warm in L2")
+
+
+def test_a_candidate_with_no_counts_or_an_old_record_without_inductor():
+    rec = record()
+    del rec["flushes"]["write-read"]
+    assert verdict.judge(rec)["reasons"][0] == "FAIL: no flush ran through cleanflush in triton"
+    rec = record()
+    del rec["timings_us"]["inductor"]
+    assert verdict.judge(rec)["result"] == "PASS"
+
+
+def test_a_control_that_claims_the_stock_write_is_told_so_in_inductor_too():
+    name = "control: stock write"
+    rec = record(candidates=(name,), timed={name: 18.8}, counts={name: {"triton | write": 50}}, inductor=(17.5, 17.4))
+    rec["flushes"][name] = {"triton | write": 50, f"{INDUCTOR} | write": 400}
+    reasons = verdict.judge_candidate(rec, name)["reasons"]
+    assert f"FAIL: only the stock write ran in {INDUCTOR} (400 flushes)" in reasons
+
+
+def test_one_failed_kind_of_evidence_is_not_undone_by_a_later_one():
+    # the flush counts fail; timing, Inductor and ncu all pass: still FAIL
+    rec = record(inductor=(17.5, 14.2), ncu={"write-read": 0.02},
+                 counts={"write-read": {"triton | write": 5, "triton | write-read": 5}})
+    assert verdict.judge(rec)["result"] == "FAIL"
+    # timing fails, the Nsight Compute bytes are clean: still FAIL
+    assert verdict.judge(record(timed={"write-read": 18.8}, ncu={"write-read": 0.02}))["result"] == "FAIL"
+
+
+def test_no_do_bench_penalty_with_an_inductor_one_has_no_margin():
+    rec = flat(record(inductor=(17.5, 14.2)), "write-read", 51.0, 50.0, 50.0, 10.0)
+    v = verdict.judge(rec)
+    assert v["result"] == "NO-PENALTY" and v["margin"] is None
