@@ -144,6 +144,7 @@ def test_failed_read_falls_back_to_the_stock_write_and_says_so_once(monkeypatch)
         cache.fill_(3)
         _flush.flush(cache, cache.zero_, "test")
     assert len(caught) == 1
+    assert caught[0].filename == __file__  # points at the line that flushed, not into cleanflush
     assert int(cache.sum()) == 0  # the stock write ran instead
     assert cleanflush.flush_counts() == {("test", "write"): 2}
 
@@ -229,10 +230,14 @@ def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
     monkeypatch.setattr(_sweep, "build", broken)
     monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
     cuda = types.SimpleNamespace(device=torch.device("cuda", 0))  # stands in for a CUDA buffer
-    with pytest.warns(RuntimeWarning, match="cleanflush_l2_sweep could not be built on cuda:0") as caught:
+    with pytest.warns(RuntimeWarning, match="cleanflush_l2_sweep could not be built on cuda:") as caught:
         assert _flush._build_sweep(cuda, None) is None
         assert _flush._build_sweep(cuda, None) is None
-    assert len(caught) == 1
+        assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cuda", 1)), None) is None
+    assert [str(w.message) for w in caught] == [
+        f"cleanflush: the read kernel cleanflush_l2_sweep could not be built on cuda:{i} (RuntimeError: PTX too "
+        "new); the read runs as torch's sum, which timers that pick kernels by name can mistake for the kernel "
+        "under test" for i in (0, 1)]
     row = {r.target: r for r in cleanflush.status()}["read kernel on cuda:0"]
     assert not row.patched and "RuntimeError: PTX too new" in row.detail and "more lines" not in row.detail
     assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cpu")), None) is None  # CPU: the sum
@@ -344,3 +349,37 @@ def test_a_buffer_that_cannot_be_made_is_said_and_not_tried_again(monkeypatch):
     assert calls == [256 * MiB // 4]  # tried once
     assert cleanflush._state.STATE.read_unavailable == {
         "cpu": "the read buffer could not be allocated (CUDA out of memory)"}
+
+
+def test_the_sweep_is_built_for_the_buffer_and_its_device(monkeypatch):
+    from cleanflush import _sweep
+
+    calls = []
+    monkeypatch.setattr(_sweep, "programs_for", lambda device: calls.append(("programs", device)) or 7)
+    monkeypatch.setattr(_sweep, "build", lambda *args: calls.append(("build", *args)) or "the sweep")
+    buffer = types.SimpleNamespace(device=torch.device("cuda", 3))
+    assert _flush._build_sweep(buffer, "sink") == "the sweep"
+    assert calls == [("programs", torch.device("cuda", 3)), ("build", buffer, "sink", 7)]
+
+
+def test_a_long_build_error_is_cut_to_one_line_of_200(monkeypatch):
+    from cleanflush import _sweep
+
+    def broken(*args):
+        raise ValueError("x" * 400 + "\nsecond line")
+
+    monkeypatch.setattr(_sweep, "build", broken)
+    monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
+    with pytest.warns(RuntimeWarning):
+        _flush._build_sweep(types.SimpleNamespace(device=torch.device("cuda", 0)), None)
+    assert cleanflush._state.STATE.sweep_unavailable["cuda:0"] == ("ValueError: " + "x" * 400)[:200]
+
+
+def test_a_failed_read_after_an_inline_write_names_its_target(monkeypatch):
+    def broken(device, nbytes):
+        raise RuntimeError("no memory")
+
+    monkeypatch.setattr(_flush, "read", broken)
+    with pytest.warns(RuntimeWarning, match="^cleanflush: the clean read could not run in Inductor.x on cpu"):
+        _flush.after_write(torch.device("cpu"), None, "Inductor.x")
+    assert cleanflush.flush_counts() == {("Inductor.x", "write"): 1}

@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import wrapt
+
 from ._policy import ENV_VAR
 
 
@@ -103,12 +105,24 @@ def warn_once(key: str, message: str) -> None:
         STATE.warned.add(key)
     text = f"cleanflush: {message}"
     try:
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        warnings.warn(text, RuntimeWarning, stacklevel=_first_frame_outside())
     except Exception:
         try:
             print(f"{text} (RuntimeWarning, shown here because warnings are errors)", file=sys.stderr)
         except Exception:
             pass
+
+
+_OURS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, wrapt.__file__))
+
+
+def _first_frame_outside() -> int:
+    """The stacklevel of the first caller outside cleanflush (and wrapt): the warning then
+    points at the user's or the harness's line that led to it, not at ours."""
+    level, frame = 2, sys._getframe(2)  # 1: warnings.warn's caller (warn_once); 2: its caller
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_OURS):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def reset_for_tests() -> None:
