@@ -383,3 +383,15 @@ def test_a_failed_read_after_an_inline_write_names_its_target(monkeypatch):
     with pytest.warns(RuntimeWarning, match="^cleanflush: the clean read could not run in Inductor.x on cpu"):
         _flush.after_write(torch.device("cpu"), None, "Inductor.x")
     assert cleanflush.flush_counts() == {("Inductor.x", "write"): 1}
+
+
+def test_an_unexpected_cache_object_keeps_the_stock_flush_and_says_so_per_target():
+    ran = []
+    with pytest.warns(RuntimeWarning) as caught:
+        for target in ("a", "a", "b"):
+            assert _flush.flush("not a tensor", lambda: ran.append(target) or "stock result", target) == "stock result"
+    assert ran == ["a", "a", "b"]
+    assert [str(w.message) for w in caught] == [
+        f"cleanflush: {t} flushed an unexpected cache object (AttributeError(\"'str' object has no attribute "
+        f"'device'\")); its stock flush is kept" for t in ("a", "b")]
+    assert cleanflush.flush_counts() == {("a", "write"): 2, ("b", "write"): 1}

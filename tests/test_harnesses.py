@@ -9,6 +9,7 @@ deepseek-ai/DeepEP 855fa9d (deep_ep/utils/testing.py).  Devices are the CPU here
 """
 
 import importlib
+import importlib.metadata
 import sys
 import textwrap
 
@@ -296,16 +297,18 @@ def test_a_module_function_target_of_its_own(monkeypatch):
 
     module.flush = flush
     monkeypatch.setitem(sys.modules, "x_harness.timing", module)
-    target = ModuleFunction("x-harness", "x-dist", "x_harness.timing", "flush",
+    # its distribution: one that is installed here (wrapt), so its version shows in status
+    target = ModuleFunction("x-harness", "wrapt", "x_harness.timing", "flush",
                             lambda args, kwargs: (args[0].device, 64), "checked against nothing")
     assert (target.NAME, target.PACKAGE, target.HOOKS, target.target) == (
-        "x-harness", "x-dist", ("x_harness.timing",), "x_harness.timing.flush")
+        "x-harness", "wrapt", ("x_harness.timing",), "x_harness.timing.flush")
+    version = importlib.metadata.version("wrapt")
     assert target.status() == [cleanflush._state.TargetStatus(
-        "x_harness.timing.flush", "x-harness", None, False, "x-harness is not installed")]
+        "x_harness.timing.flush", "x-harness", version, False, "not imported yet; patched when it is")]
     target.apply()
     try:
         assert target.status() == [cleanflush._state.TargetStatus(
-            "x_harness.timing.flush", "x-harness", None, True, "the flush its benchmarks call; checked against nothing")]
+            "x_harness.timing.flush", "x-harness", version, True, "the flush its benchmarks call; checked against nothing")]
         cache = torch.ones(16, dtype=torch.int32)
         _flush.prepare(cache.device)
         with OpRecorder() as rec:
@@ -332,7 +335,7 @@ def test_a_call_the_where_function_cannot_read_runs_stock(monkeypatch):
     def unreadable(args, kwargs):
         raise KeyError("a layout we do not know")
 
-    target = ModuleFunction("y-harness", "y-dist", "y_harness", "flush", unreadable, "checked against nothing")
+    target = ModuleFunction("y-harness", "wrapt", "y_harness", "flush", unreadable, "checked against nothing")
     target.apply()
     try:
         cache = torch.ones(16, dtype=torch.int32)
@@ -341,3 +344,16 @@ def test_a_call_the_where_function_cannot_read_runs_stock(monkeypatch):
         assert rec.names == ["zero_"] and cleanflush.flush_counts() == {}
     finally:
         target.revert()
+
+
+def test_a_version_without_the_function_says_so_with_its_version(monkeypatch):
+    import types as pytypes
+
+    from cleanflush.patches._function import ModuleFunction
+
+    monkeypatch.setitem(sys.modules, "z_harness", pytypes.ModuleType("z_harness"))
+    target = ModuleFunction("z-harness", "wrapt", "z_harness", "flush", lambda a, k: None, "checked")
+    target.apply()
+    assert target.status() == [cleanflush._state.TargetStatus(
+        "z_harness.flush", "z-harness", importlib.metadata.version("wrapt"), False,
+        "unsupported: z_harness has no function flush; stock flush kept")]
