@@ -50,6 +50,9 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> Sweep:
     ``buffer`` (a sync and a host read: this runs when the read buffer is made, never in a
     timed loop or a capture); raises when no launch gives the right sum (the caller keeps
     torch's sum)."""
+    if buffer.device.index is not None and buffer.device.index != torch.cuda.current_device():
+        with torch.cuda.device(buffer.device.index):  # Triton compiles and launches for the current one
+            return build(buffer, sink, programs)
     grid = (programs, 1, 1)  # fixed: programs past the end add 0, and one launcher serves all
     compiled = cleanflush_l2_sweep[grid](buffer, sink, buffer.numel(), BLOCK=BLOCK, num_warps=WARPS)
     runner = compiled[grid] if hasattr(compiled, "__getitem__") else None  # None: Triton's interpreter
