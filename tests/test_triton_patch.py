@@ -117,7 +117,8 @@ def test_get_empty_cache_prepares_the_read_buffer(monkeypatch):
     monkeypatch.setattr(torch, "empty", lambda *a, **k: stock_cache)
     _flush.release()
     cache = bare_driver(cls).get_empty_cache_for_benchmark()
-    assert cache is stock_cache  # the stock tensor, untouched
+    # the stock tensor's storage, as the subclass whose zero_ is the flush
+    assert type(cache).__name__ == "CleanFlushCache" and cache.data_ptr() == stock_cache.data_ptr()
     buffer, _, l2, _ = _flush._buffers[cache.device]
     assert buffer.numel() * 4 == _flush.buffer_bytes(l2) == 256 * 1024 * 1024
 
@@ -228,3 +229,47 @@ def test_triton_3_2_layout_counts_as_covering_do_bench(monkeypatch):
         assert triton_patch.driver_patched()
     finally:
         cleanflush.uninstall()
+
+
+# tritonbench (meta-pytorch/tritonbench 2cd46d0, tritonbench/components/do_bench/run.py) and
+# Helion's pretuned timer take the tensor from get_empty_cache_for_benchmark and zero it
+# through the bound method they keep: ``clear_cache_fn = cache.zero_``, called before each
+# call, or captured into a CUDA graph; Triton's own do_bench calls clear_cache(cache).
+
+def empty_cache_on_cpu(monkeypatch, numel=64):
+    cls = registry_drivers()["nvidia"]
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.full((numel,), 5, dtype=torch.int32))
+    return bare_driver(cls), bare_driver(cls).get_empty_cache_for_benchmark()
+
+
+@pytest.mark.parametrize("policy, expected", [("write-read", ["zero_", "sum"]), ("read", ["sum"]),
+                                              ("write", ["zero_"])])
+def test_a_harness_that_keeps_cache_zero_flushes_under_the_policy(monkeypatch, policy, expected):
+    driver, cache = empty_cache_on_cpu(monkeypatch)
+    clear_cache_fn = cache.zero_  # what tritonbench keeps
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        for _ in range(3):
+            clear_cache_fn()
+    assert rec.names == expected * 3
+    assert cleanflush.flush_counts() == {("triton", policy): 3}
+    if "zero_" in expected:
+        assert rec.ops[0][1][0].data_ptr() == cache.data_ptr() and int(cache.sum()) == 0
+
+
+def test_clear_cache_on_that_tensor_flushes_once(monkeypatch):
+    driver, cache = empty_cache_on_cpu(monkeypatch)
+    with OpRecorder() as rec:
+        driver.clear_cache(cache)  # Triton's do_bench: the stock zero_ of the same tensor
+        driver.clear_cache(cache=cache)
+    assert rec.names == ["zero_", "sum"] * 2
+    assert cleanflush.flush_counts() == {("triton", "write-read"): 2}
+
+
+def test_the_tensor_is_the_stock_one_for_everything_else(monkeypatch):
+    driver, cache = empty_cache_on_cpu(monkeypatch, numel=16)
+    assert isinstance(cache, torch.Tensor) and cache.dtype == torch.int32 and cache.shape == (16,)
+    assert type(cache + 1) is torch.Tensor  # results of other operations are plain tensors
+    cleanflush.uninstall()
+    with OpRecorder() as rec:
+        cache.zero_()  # a tensor handed out before uninstall flushes stock from then on
+    assert rec.names == ["zero_"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import metadata
 
-from . import decisions, deep_ep, inductor, kernelbench, sol_execbench, triton
+from . import decisions, deep_ep, inductor, kernelbench, sol_execbench, triton, tritonbench
 
-# the benchmarkers, then the harnesses whose flush is a module function, then the recorder
-TARGETS = (triton, inductor, kernelbench, sol_execbench, deep_ep, decisions)
+# the benchmarkers, the harnesses, then the recorder
+TARGETS = (triton, inductor, tritonbench, kernelbench, sol_execbench, deep_ep, decisions)
 
 
 @lru_cache(maxsize=None)

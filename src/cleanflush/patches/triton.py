@@ -3,11 +3,12 @@
 * triton 3.3+: ``do_bench``, the autotuner, ``do_bench_proton`` and
   ``do_bench_cudagraph_proton`` (3.8+) call ``driver.active.clear_cache(cache)``; we wrap
   ``clear_cache`` on each driver class, so the stock write runs and our read follows.
-  ``get_empty_cache_for_benchmark`` is wrapped too, to allocate the read buffer before
-  ``do_bench_cudagraph_proton`` captures the flush into a CUDA graph.
-* triton 3.2: ``do_bench`` calls ``cache.zero_()`` inline on the tensor from
-  ``get_empty_cache_for_benchmark``; we return that tensor as a subclass whose
-  ``zero_`` runs the flush.
+* ``get_empty_cache_for_benchmark`` is wrapped too: it allocates the read buffer before
+  anything captures the flush into a CUDA graph, and returns the cache tensor as a subclass
+  whose ``zero_`` runs the flush.  triton 3.2's ``do_bench`` zeroes that tensor inline, and
+  so do harnesses that take ``cache.zero_`` instead of ``clear_cache`` (tritonbench's
+  CUDA-graph, profiler and GPU-event timers, Helion's pretuned benchmarks).  ``clear_cache``
+  hands the stock code the plain tensor, so a flush through it runs once.
 * Older: the flush is inline on a local buffer in ``do_bench``; reported as unsupported.
 
 On triton 3.0-3.3 the active driver class (``triton.backends.backends[name].driver``)
@@ -65,28 +66,34 @@ def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dic
                   "not clear_cache(cache); its stock flush is kept")
         count_flush("triton", "write")
         return wrapped(*args, **kwargs)
-    cache = args[0] if args else kwargs["cache"]
-    return _flush.flush(cache, lambda: wrapped(*args, **kwargs), "triton")
+    cache = _plain(args[0] if args else kwargs["cache"])  # our subclass would flush a second time
+    return _flush.flush(cache, lambda: wrapped(cache), "triton")
 
 
 def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     cache = wrapped(*args, **kwargs)
     try:
         _flush.prepare(cache.device)  # before any CUDA-graph capture of the flush
-    except Exception:  # the flush itself warns, falls back and counts the write
-        pass
-    return cache
-
-
-def _get_inline_zero_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _clean_cache_tensor(_get_empty_cache(wrapped, instance, args, kwargs))
+        return _clean_cache_tensor(cache)
+    except Exception:  # not a tensor we know: the stock one; a flush warns and counts the write
+        return cache
 
 
 _CleanCache: type | None = None
 
 
+def _plain(cache: Any) -> Any:
+    """The plain tensor behind our subclass (anything else as it is)."""
+    if _CleanCache is not None and isinstance(cache, _CleanCache):
+        import torch
+
+        return cache.as_subclass(torch.Tensor)
+    return cache
+
+
 def _clean_cache_tensor(cache: Any) -> Any:
-    """triton 3.2: the cache tensor as a subclass whose inline ``zero_()`` is our flush."""
+    """The cache tensor as a subclass whose ``zero_()`` is our flush (for every caller that
+    zeroes it directly: triton 3.2's do_bench, tritonbench, Helion)."""
     global _CleanCache
     import torch
 
@@ -97,7 +104,10 @@ def _clean_cache_tensor(cache: Any) -> Any:
 
             def zero_(self) -> Any:
                 plain = self.as_subclass(torch.Tensor)
-                _flush.flush(plain, plain.zero_, "triton")
+                if STATE.installed:
+                    _flush.flush(plain, plain.zero_, "triton")
+                else:  # handed out before uninstall(): stock from then on
+                    plain.zero_()
                 return self
 
         _CleanCache = CleanFlushCache
@@ -112,11 +122,12 @@ def patch_class(label: str, cls: type) -> TargetStatus:
     if clear_owner is not None and empty_owner is not None:
         _patches.wrap(clear_owner, "clear_cache", _clear_cache)
         _patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
-        detail = "do_bench, autotuner and Proton helpers flush through it"
+        detail = ("do_bench, autotuner and Proton helpers flush through it; harnesses that zero "
+                  "its cache tensor directly (tritonbench, Helion) flush through that tensor")
         return TargetStatus(target, PACKAGE, _version(), True, detail)
     if empty_owner is not None:
         target = f"{label}.get_empty_cache_for_benchmark"
-        _patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_inline_zero_cache)
+        _patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
         detail = "triton 3.2 layout: do_bench's inline zero_() runs the flush"
         return TargetStatus(target, PACKAGE, _version(), True, detail)
     return TargetStatus(

@@ -1,0 +1,117 @@
+"""tritonbench's profiler timer drops our read kernel as it drops the stock fill kernel.
+
+tritonbench installs only from git, so each layout of its do_bench module is a stand-in
+that reproduces the part that matters: the kernel-name filter of ``_do_bench_profiler``'s
+trace handler, a module global looked up at call time.  Read at meta-pytorch/tritonbench
+2cd46d0 (``evt.name != CACHE_CLEAR_KERNEL``) and at a later version in the search index
+(``not _is_cache_clear_kernel(evt.name)``, a substring test for FillFunctor).  The
+timers that zero ``cache.zero_`` are in tests/test_triton_patch.py.
+"""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+import wrapt
+
+import cleanflush
+from cleanflush.patches import tritonbench as patch
+
+FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >"
+        "(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)")
+SUM = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper<float, ...>>>"
+GEMM = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT"
+
+EXACT = f'''
+CACHE_CLEAR_KERNEL = "{FILL}"
+
+def counted(names):  # the filter of _do_bench_profiler's _trace_handler
+    return [name for name in names if name != CACHE_CLEAR_KERNEL]
+'''
+SUBSTRING = f'''
+CACHE_CLEAR_KERNEL = "{FILL}"
+
+def _is_cache_clear_kernel(name: str) -> bool:
+    return "vectorized_elementwise_kernel" in name and "FillFunctor" in name
+
+def counted(names):
+    return [name for name in names if not _is_cache_clear_kernel(name)]
+'''
+
+
+@pytest.fixture(params=["exact", "substring"])
+def run_module(request, tmp_path, monkeypatch):
+    folder = tmp_path / "tritonbench" / "components" / "do_bench"
+    folder.mkdir(parents=True)
+    for parent in (tmp_path / "tritonbench", tmp_path / "tritonbench" / "components", folder):
+        (parent / "__init__.py").touch()
+    (folder / "run.py").write_text(textwrap.dedent(EXACT if request.param == "exact" else SUBSTRING))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(patch.MODULE)
+    cleanflush.uninstall()
+    cleanflush.install()  # the hook fires once per name: patch what is loaded now
+    yield request.param, module
+    cleanflush.uninstall()
+    for name in list(sys.modules):
+        if name.split(".")[0] == "tritonbench":
+            del sys.modules[name]
+    cleanflush.install()
+
+
+def test_the_profiler_timer_counts_only_the_kernel_under_test(run_module):
+    layout, module = run_module
+    trace = [FILL, "cleanflush_l2_sweep", GEMM] * 3
+    assert module.counted(trace) == [GEMM] * 3
+    assert module.counted([SUM, GEMM]) == [SUM, GEMM]  # torch's sum is not ours to drop
+    row = {r.target: r for r in cleanflush.status()}[patch.TARGET]
+    assert row.patched and row.detail.endswith("(_is_cache_clear_kernel)" if layout == "substring"
+                                               else "(CACHE_CLEAR_KERNEL)")
+
+
+def test_uninstall_restores_the_exact_objects(run_module):
+    layout, module = run_module
+    name = "_is_cache_clear_kernel" if layout == "substring" else "CACHE_CLEAR_KERNEL"
+    patched = vars(module)[name]
+    stock = patched.__wrapped__ if layout == "substring" else patch._constant[-1][1]
+    assert isinstance(patched, wrapt.FunctionWrapper if layout == "substring" else patch.AlsoTheRead)
+    cleanflush.uninstall()
+    assert vars(module)[name] is stock and type(module.CACHE_CLEAR_KERNEL) is str
+    assert module.counted([FILL, "cleanflush_l2_sweep", GEMM]) == ["cleanflush_l2_sweep", GEMM]
+    assert {r.target: r for r in cleanflush.status()}[patch.TARGET].detail == "uninstalled"
+    cleanflush.install()
+    cleanflush.install()
+    assert module.counted([FILL, "cleanflush_l2_sweep", GEMM]) == [GEMM]
+
+
+def test_the_name_stays_a_string_everywhere_else():
+    kernel = patch.AlsoTheRead(FILL)
+    assert kernel == FILL and kernel == "cleanflush_l2_sweep" and kernel != GEMM
+    assert not (kernel != "cleanflush_l2_sweep") and (GEMM != kernel)
+    assert hash(kernel) == hash(FILL) and str(kernel) == FILL and kernel != 3
+    assert (kernel == 3) is False
+
+
+def test_a_layout_without_either_name_is_left_stock(tmp_path, monkeypatch):
+    module = type(sys)(patch.MODULE)
+    monkeypatch.setitem(sys.modules, patch.MODULE, module)
+    patch.apply()
+    row = {r.target: r for r in cleanflush.status()}[patch.TARGET]
+    assert not row.patched and row.detail.startswith("unsupported: no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel")
+
+
+def test_status_when_tritonbench_is_not_installed():
+    assert patch.status() == [cleanflush._state.TargetStatus(
+        patch.TARGET, "tritonbench", None, False, "tritonbench is not installed")]
+
+
+def test_disable_names_it(monkeypatch):
+    module = type(sys)(patch.MODULE)
+    module.CACHE_CLEAR_KERNEL = FILL
+    monkeypatch.setitem(sys.modules, patch.MODULE, module)
+    monkeypatch.setenv("CLEANFLUSH_DISABLE", "tritonbench")
+    cleanflush.uninstall()
+    cleanflush.install()
+    rows = {r.target: r.detail for r in cleanflush.status()}
+    assert rows["tritonbench: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
+    assert type(module.CACHE_CLEAR_KERNEL) is str
