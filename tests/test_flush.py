@@ -395,3 +395,32 @@ def test_an_unexpected_cache_object_keeps_the_stock_flush_and_says_so_per_target
         f"cleanflush: {t} flushed an unexpected cache object (AttributeError(\"'str' object has no attribute "
         f"'device'\")); its stock flush is kept" for t in ("a", "b")]
     assert cleanflush.flush_counts() == {("a", "write"): 2, ("b", "write"): 1}
+
+
+def test_the_buffer_is_made_on_the_device_asked_for():
+    buffer, sink = _flush._allocate_outside_pools(torch.device("meta"), 16)  # no memory: shapes only
+    assert buffer.device.type == sink.device.type == "meta"
+    assert (buffer.shape, sink.shape, buffer.dtype) == ((16,), (), torch.float32)
+
+
+def test_an_allocation_error_in_the_thread_reaches_the_caller(monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(torch, "zeros", no_memory)
+    with pytest.raises(_flush.ReadUnavailable, match=r"could not be allocated \(boom\)"):
+        _flush.prepare(torch.device("cpu"))
+
+
+def test_each_target_says_its_own_failed_read(monkeypatch):
+    def broken(device, nbytes):
+        raise RuntimeError("no memory")
+
+    monkeypatch.setattr(_flush, "read", broken)
+    cache = torch.zeros(16, dtype=torch.int32)
+    with cleanflush.policy("write-read"), pytest.warns(RuntimeWarning) as caught:
+        for target in ("one", "two", "one"):
+            _flush.flush(cache, cache.zero_, target)
+    assert [str(w.message) for w in caught] == [
+        f"cleanflush: the clean read could not run in {t} on cpu (no memory); these flushes fall back to the "
+        "stock write" for t in ("one", "two")]
