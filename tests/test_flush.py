@@ -1,4 +1,5 @@
 import json
+import sys
 import types
 
 import pytest
@@ -144,7 +145,9 @@ def test_failed_read_falls_back_to_the_stock_write_and_says_so_once(monkeypatch)
         cache.fill_(3)
         _flush.flush(cache, cache.zero_, "test")
     assert len(caught) == 1
-    assert caught[0].filename == __file__  # points at the line that flushed, not into cleanflush
+    # points at the line that flushed, not into cleanflush (under mutmut its trampoline's
+    # frames sit between: that is the caller it sees)
+    assert caught[0].filename == __file__ or "mutmut" in sys.modules
     assert int(cache.sum()) == 0  # the stock write ran instead
     assert cleanflush.flush_counts() == {("test", "write"): 2}
 
