@@ -283,3 +283,8 @@ def test_block_in_a_process_where_cleanflush_is_off_keeps_children_off():
         {"CLEANFLUSH": "0"},
     )
     assert child.stdout.strip() == "False", child.stderr
+
+
+def test_a_policy_that_is_not_a_string_is_a_value_error_naming_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown cleanflush policy 3; valid policies: write-read, read, write"):
+        cleanflush.policy(3)
