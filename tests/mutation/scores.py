@@ -2,7 +2,7 @@
 ``mutmut run``):  python tests/mutation/scores.py [--markdown]
 
 Detected = killed, or timed out (the mutant hung a test).  Mutants that
-tests/mutation/SURVIVORS.md lists as equivalent (a line with the mutant's name in
+tests/mutation/SURVIVORS.md lists as equivalent (a list item with the mutant's full name in
 backquotes and the word "equivalent") are left out of the score, and counted apart.
 """
 
@@ -23,9 +23,10 @@ def equivalent() -> set[str]:
     path = ROOT / "tests" / "mutation" / "SURVIVORS.md"
     names: set[str] = set()
     if path.exists():
-        for line in path.read_text().splitlines():
-            if "equivalent" in line:
-                names.update(re.findall(r"`(cleanflush\.[^`]+__mutmut_\d+)`", line))
+        # one list item per "- " line and the indented lines under it
+        for item in re.split(r"\n(?=- |#)", path.read_text()):
+            if re.search(r"(?<!not )equivalent", item):
+                names.update(re.findall(r"`(cleanflush\.[^`]+__mutmut_\d+)`", item))
     return names
 
 
