@@ -273,3 +273,18 @@ def test_the_tensor_is_the_stock_one_for_everything_else(monkeypatch):
     with OpRecorder() as rec:
         cache.zero_()  # a tensor handed out before uninstall flushes stock from then on
     assert rec.names == ["zero_"]
+
+
+def test_a_read_buffer_that_cannot_be_made_still_hands_out_the_flushing_tensor(monkeypatch):
+    # the tensor's zero_ must still go through cleanflush, which says the read failed and
+    # counts the write it fell back to (a plain tensor would flush stock, unsaid and uncounted)
+    def no_memory(device, numel):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(_flush, "_allocate_outside_pools", no_memory)
+    _flush.release()
+    driver, cache = empty_cache_on_cpu(monkeypatch)
+    assert type(cache).__name__ == "CleanFlushCache"
+    with pytest.warns(RuntimeWarning, match="the clean read could not run in triton"):
+        cache.zero_()
+    assert cleanflush.flush_counts() == {("triton", "write"): 1} and int(cache.sum()) == 0

@@ -74,8 +74,11 @@ def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
     cache = wrapped(*args, **kwargs)
     try:
         _flush.prepare(cache.device)  # before any CUDA-graph capture of the flush
+    except Exception:  # the flush itself warns, falls back and counts the write
+        pass
+    try:
         return _clean_cache_tensor(cache)
-    except Exception:  # not a tensor we know: the stock one; a flush warns and counts the write
+    except Exception:  # not a tensor we know: the stock one
         return cache
 
 
