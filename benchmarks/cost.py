@@ -102,20 +102,17 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
     MiB = 1 << 20
     device = torch.device("cuda", torch.cuda.current_device())
     zbuf = torch.empty(256 * MiB // 4, dtype=torch.int32, device=device)
-    rbuf, sink, l2, sweep = _flush.prepare(device)
+    rbuf, sink, l2, _ = _flush.prepare(device)
     idle_cycles = int(20 * spin_cycles_per_us())  # ~20 us
 
     def read(nbytes: int) -> None:
         torch.sum(rbuf[: nbytes // 4], dim=0, out=sink)
 
-    def swept(nbytes: int) -> None:  # the named kernel cleanflush reads with (torch's sum without it)
-        (sweep or (lambda data, out: torch.sum(data, dim=0, out=out)))(rbuf[: nbytes // 4], sink)
-
     variants = {
         "read 256 MiB (read)": lambda: read(256 * MiB),
-        "sweep 256 MiB (read, cleanflush_l2_sweep)": lambda: swept(256 * MiB),
+        "sweep 256 MiB (read, cleanflush_l2_sweep)": lambda: _flush.read(device, 256 * MiB),
         "zero_ 256 MiB + read 2 x L2 (write-read)": lambda: (zbuf.zero_(), read(2 * l2)),
-        "zero_ 256 MiB + sweep 2 x L2 (write-read, cleanflush_l2_sweep)": lambda: (zbuf.zero_(), swept(2 * l2)),
+        "zero_ 256 MiB + sweep 2 x L2 (write-read, cleanflush_l2_sweep)": lambda: (zbuf.zero_(), _flush.read(device, 2 * l2)),
         "zero_ 256 MiB + read 2 x L2 + 20 us idle": lambda: (zbuf.zero_(), read(2 * l2), torch.cuda._sleep(idle_cycles)),
         "zero_ 256 MiB + read 3 x L2": lambda: (zbuf.zero_(), read(3 * l2)),
         "zero_ 256 MiB + read 4 x L2": lambda: (zbuf.zero_(), read(4 * l2)),

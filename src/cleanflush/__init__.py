@@ -133,7 +133,7 @@ def status() -> list[TargetStatus]:
                                  f"{reason}: every flush on {device} runs the stock write"))
     for device, reason in sorted(STATE.sweep_unavailable.items()):
         rows.append(TargetStatus(f"read kernel on {device}", "cleanflush", __version__, False,
-                                 f"cleanflush_l2_sweep could not be built ({reason}): the read runs as torch's sum"))
+                                 f"{_flush.READ_KERNEL} could not be built ({reason}): the read runs as torch's sum"))
     return rows
 
 

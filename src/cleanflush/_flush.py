@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import torch
 
 MiB = 1 << 20
+READ_KERNEL = "cleanflush_l2_sweep"  # the read's kernel name on CUDA (_sweep), for name filters
 STOCK_FLUSH_BYTES = 256 * MiB  # Triton's zero_ buffer: the GPU-busy time a flush must keep
 
 
@@ -115,7 +116,7 @@ def _build_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Te
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         with LOCK:
             STATE.sweep_unavailable[str(buffer.device)] = reason
-        warn_once(f"sweep:{buffer.device}", f"the read kernel cleanflush_l2_sweep could not be built on "
+        warn_once(f"sweep:{buffer.device}", f"the read kernel {READ_KERNEL} could not be built on "
                   f"{buffer.device} ({reason}); the read runs as torch's sum, which timers that pick "
                   "kernels by name can mistake for the kernel under test")
         return None

@@ -19,13 +19,13 @@ import sys
 from typing import Any
 
 from .. import _patching
+from .._flush import READ_KERNEL
 from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
 
 NAME = PACKAGE = "tritonbench"
 MODULE = "tritonbench.components.do_bench.run"
 HOOKS = (MODULE,)
 TARGET = f"{MODULE} profiler timer"
-READ_KERNEL = "cleanflush_l2_sweep"  # _sweep.NAME, without importing Triton here
 
 _patches = _patching.PatchSet()
 _constant: list[tuple[Any, str]] = []  # (module, the stock CACHE_CLEAR_KERNEL) while ours is set
