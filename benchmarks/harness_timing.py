@@ -1,21 +1,43 @@
-"""The harnesses' own timers on the one-row 4096 x 4096 BF16 GEMM, stock against patched,
-each beside verify's plain read-loop reference timed right after it, 5 interleaved rounds.
+"""The harnesses' own timers on the one-row 4096 x 4096 BF16 GEMM, stock (``write``) against
+patched, each beside a clean reference timed right after it, 5 interleaved rounds.
 
-KernelBench and DeepEP are not on the package index and their packages need builds this
-script does not: put their real timing files on PYTHONPATH (not part of this repository),
-KernelBench's src/kernelbench/timing.py as kernelbench/timing.py and DeepEP's
-deep_ep/utils/testing.py as deep_ep/utils/testing.py, with empty __init__.py files; run
-on a GPU with CLEANFLUSH=1 (the autoload patches them as they are imported):
+References, neither of which runs cleanflush code:
+* event timers: verify's plain read loop (``_measure.read_flush_reference``: a float32 sum
+  of a 256 MiB buffer of its own, start event, call, end event);
+* kernel-only timers (the ``bench_kineto`` copies, TileLang's CUPTI timer): the same timer
+  with its flush off (TileLang: a 0-byte buffer) and ``fn`` preceded by that plain 256 MiB
+  sum, so the GEMM's kernels follow a clean read; the ``bench_kineto`` table picks only the
+  GEMM by name, and TileLang's timer subtracts the sum as it subtracts its own flush (the sum
+  runs in its ``tilelang::cache_flush`` range).
+
+The harnesses are real files put on PYTHONPATH (not part of this repository); each one that
+imports is timed, the others are skipped:
+
+* KernelBench src/kernelbench/timing.py as kernelbench/timing.py; DeepEP
+  deep_ep/utils/testing.py as deep_ep/utils/testing.py (empty __init__.py files);
+* flashinfer-python's flashinfer/testing/ (its __init__.py and utils.py) under a flashinfer/
+  whose __init__.py is empty and whose utils.py defines ``round_up`` (the one name it takes
+  from the compiled package); einops installed;
+* DeepGEMM's deep_gemm/testing/bench.py, with deep_gemm/testing/__init__.py doing
+  ``from . import bench; from .bench import *`` and an empty deep_gemm/__init__.py;
+* tilelang 0.1.15's tilelang/profiler/{bench,torch_bench,wall}.py and tilelang/utils/device.py,
+  with empty tilelang/, tilelang/profiler/ and tilelang/utils/ __init__.py files;
+* triton 3.1.0's ``do_bench`` (from its triton/testing.py) as triton31_do_bench.py: this
+  machine's triton is newer, so the function is wrapped with the triton patch's 3.0-3.1
+  wrapper by hand.
+
+Run on a GPU with CLEANFLUSH=1 (the autoload patches the harnesses as they are imported):
 
     PYTHONPATH=ext CLEANFLUSH=1 python benchmarks/harness_timing.py
 
-Run on the H200 with KernelBench 423217d and DeepEP dd758ca:
-results/h200/2026-11-30-harnesses-kernelbench-deepep.txt.
+H200 results: results/h200/2026-11-30-harnesses-kernelbench-deepep.txt (KernelBench 423217d,
+DeepEP dd758ca) and results/h200/2026-12-01-harnesses-run31.txt (the others).
 """
+import importlib
 import statistics
+import warnings
 
-import deep_ep.utils.testing as dep
-import kernelbench.timing as kb
+import torch
 
 import cleanflush
 from cleanflush import _measure
@@ -23,27 +45,94 @@ from cleanflush._stats import central_mean
 
 fn, _, _ = _measure.one_row_gemm(4096, 4096)
 _measure.warm_up(fn, 1.5)
-print("patched:", [r.target for r in cleanflush.status() if r.patched and r.package in ("kernelbench", "deep-ep")])
-harnesses = {
-    "KernelBench time_execution_with_cuda_event": lambda: central_mean(
-        kb.time_execution_with_cuda_event(fn, [], num_warmup=3, num_trials=200, verbose=False)) * 1e3,
-    "DeepEP bench": lambda: dep.bench(fn, num_warmups=20, num_tests=200)[0] * 1e6,
-}
+plain = torch.ones(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")  # the references' read
+
+
+def after_plain_read():
+    plain.sum()
+    fn()
+
+
+def event_reference():
+    return central_mean(_measure.read_flush_reference(fn, 300))
+
+
+def gemm_kernel_filter():
+    """A name substring of the GEMM's main kernel, as kernel-only timers ask for it."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.key for e in prof.key_averages() if "reduce" not in e.key.lower()]
+    return next(n for n in names if any(s in n.lower() for s in ("nvjet", "gemm", "gemv")))[:40]
+
+
+def optional(module):
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        print(f"skipped {module}: {exc}")
+        return None
+
+
+GEMM = gemm_kernel_filter()
+harnesses = {}  # name -> (timer under the active policy, its clean reference)
+if kb := optional("kernelbench.timing"):
+    harnesses["KernelBench time_execution_with_cuda_event"] = (lambda: central_mean(
+        kb.time_execution_with_cuda_event(fn, [], num_warmup=3, num_trials=200, verbose=False)) * 1e3, event_reference)
+if dep := optional("deep_ep.utils.testing"):
+    harnesses["DeepEP bench"] = (lambda: dep.bench(fn, num_warmups=20, num_tests=200)[0] * 1e6, event_reference)
+if fi := optional("flashinfer.testing.utils"):
+    harnesses["FlashInfer bench_gpu_time_with_cuda_event"] = (lambda: statistics.median(
+        fi.bench_gpu_time_with_cuda_event(fn, dry_run_iters=50, repeat_iters=300)) * 1e3, event_reference)
+    harnesses["FlashInfer bench_gpu_time_with_cupti (events without cupti-python)"] = (lambda: statistics.median(
+        fi.bench_gpu_time_with_cupti(fn, dry_run_iters=50, repeat_iters=300)) * 1e3, event_reference)
+    harnesses["FlashInfer bench_kineto"] = (
+        lambda: fi.bench_kineto(fn, GEMM, num_tests=50, suppress_kineto_output=True) * 1e6,
+        lambda: fi.bench_kineto(after_plain_read, GEMM, num_tests=50, suppress_kineto_output=True, flush_l2=False) * 1e6)
+if dg := optional("deep_gemm.testing"):
+    harnesses["DeepGEMM bench_kineto"] = (
+        lambda: dg.bench_kineto(fn, GEMM, num_tests=50, suppress_kineto_output=True) * 1e6,
+        lambda: dg.bench_kineto(after_plain_read, GEMM, num_tests=50, suppress_kineto_output=True, flush_l2=False) * 1e6)
+if tl := optional("tilelang.profiler.bench"):
+    harnesses["TileLang do_bench event"] = (lambda: tl.do_bench(
+        fn, backend="event", return_mode="median", _n_warmup=50, _n_repeat=300) * 1e3, event_reference)
+
+    def tilelang_after_plain_read():  # the read inside the range its CUPTI timer subtracts
+        with torch.profiler.record_function(tl._CACHE_FLUSH_ID):
+            plain.sum()
+        fn()
+
+    harnesses["TileLang do_bench cupti"] = (
+        lambda: tl.do_bench(fn, backend="cupti", _n_warmup=50, _n_repeat=300) * 1e3,
+        lambda: tl.do_bench(tilelang_after_plain_read, backend="cupti", _n_warmup=50, _n_repeat=300, cache_size=0) * 1e3)
+if t31 := optional("triton31_do_bench"):
+    import wrapt
+
+    from cleanflush.patches import triton as triton_patch
+
+    do_bench_31 = wrapt.FunctionWrapper(t31.do_bench, triton_patch._do_bench)
+    harnesses["triton 3.1.0 do_bench"] = (lambda: do_bench_31(fn, return_mode="median") * 1e3, event_reference)
+
+print("GEMM kernel filter:", repr(GEMM))
+print("patched:", sorted(r.target for r in cleanflush.status() if r.patched and r.package not in ("triton", "torch")))
 rows = {}
-for r in range(5):
-    for name, measure in harnesses.items():
-        for policy in ("write", "write-read", "read"):
-            with cleanflush.policy(policy):
-                t = measure()
-            ref = central_mean(_measure.read_flush_reference(fn, 300))
-            rows.setdefault((name, policy), []).append((t, ref))
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # FlashInfer's "CUPTI is not installed", per call
+    for r in range(5):
+        for name, (measure, reference) in harnesses.items():
+            for policy in ("write", "write-read", "read"):
+                with cleanflush.policy(policy):
+                    t = measure()
+                rows.setdefault((name, policy), []).append((t, reference()))
 # one row per harness and flush: medians over rounds of its time, of the reference, and of
 # their ratio (paired per round)
-print(f"{'harness':44s} {'flush':10s} {'median us':>9s} {'ref us':>7s} {'vs ref':>7s}")
+print(f"{'harness':70s} {'flush':10s} {'median us':>9s} {'ref us':>7s} {'vs ref':>7s}")
 for (name, policy), pairs in rows.items():
     t = statistics.median(p[0] for p in pairs); ref = statistics.median(p[1] for p in pairs)
     ratio = statistics.median(p[0] / p[1] for p in pairs)
-    print(f"{name:44s} {policy:10s} {t:9.2f} {ref:7.2f} {ratio - 1:+7.1%}")
+    print(f"{name:70s} {policy:10s} {t:9.2f} {ref:7.2f} {ratio - 1:+7.1%}")
 for name in harnesses:
     stock = statistics.median(p[0] / p[1] for p in rows[(name, "write")])
     for policy in ("write-read", "read"):

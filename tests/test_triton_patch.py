@@ -14,6 +14,8 @@ from cleanflush.patches import triton as triton_patch  # noqa: E402
 
 from .ops import OpRecorder, overlaps  # noqa: E402
 
+STOCK_EMPTY = torch.empty
+
 
 def registry_drivers():
     return {name: backend.driver for name, backend in triton.backends.backends.items()}
@@ -288,3 +290,110 @@ def test_a_read_buffer_that_cannot_be_made_still_hands_out_the_flushing_tensor(m
     with pytest.warns(RuntimeWarning, match="the clean read could not run in triton"):
         cache.zero_()
     assert cleanflush.flush_counts() == {("triton", "write"): 1} and int(cache.sum()) == 0
+
+
+# triton 3.0-3.1: no flush method on the driver; do_bench zeroes a local buffer.  Those
+# versions cannot be installed next to this torch, so the layout is a stand-in: the lines of
+# triton 3.1.0's python/triton/testing.py do_bench that allocate and zero the buffer (3.0.0
+# differs only in calling torch.cuda where 3.1.0 asks the device interface), with a fixed
+# number of timed calls.  matrix/check.py runs the real 3.0.0 and 3.1.0 functions.
+def do_bench_31(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, fast_flush=True, return_mode="mean",
+                device_type="cuda"):
+    import torch
+
+    di = torch._dynamo.device_interface.get_interface_for_device(device_type)
+    fn()
+    di.synchronize()
+    if fast_flush:
+        cache = torch.empty(int(256e6 // 4), dtype=torch.int, device=device_type)
+    else:
+        cache = torch.empty(int(256e6), dtype=torch.int8, device=device_type)
+    for _ in range(5):  # its runtime estimate, then (here) three timed calls
+        cache.zero_()
+        fn()
+    for _ in range(3):
+        cache.zero_()
+        fn()
+    return 1.0
+
+
+@pytest.fixture
+def triton_31(monkeypatch):
+    """The installed triton made to look like 3.1: drivers without flush methods, and a
+    triton.testing whose do_bench is the stand-in above."""
+    import types
+
+    class Triton31Driver:
+        pass
+
+    from cleanflush import _state
+
+    cleanflush.uninstall()
+    _state.reset_for_tests()  # the real drivers' rows
+    testing = types.ModuleType("triton.testing")
+    testing.do_bench = do_bench_31
+    monkeypatch.setattr(triton.backends, "backends", {"nvidia": types.SimpleNamespace(driver=Triton31Driver)})
+    for module in ("triton.backends.nvidia.driver", "triton.backends.amd.driver"):
+        monkeypatch.setitem(__import__("sys").modules, module, types.ModuleType(module))
+    monkeypatch.setitem(__import__("sys").modules, "triton.testing", testing)
+    cleanflush.install()
+    yield testing
+    cleanflush.uninstall()
+
+
+def bench_31(testing, policy, **kwargs):
+    x = torch.ones(8)
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        testing.do_bench(lambda: torch.neg(x), device_type="cpu", **kwargs)
+    return rec
+
+
+@pytest.mark.parametrize("fast_flush", [True, False])
+def test_triton_31_do_bench_flushes_its_local_buffer(triton_31, fast_flush):
+    expected = {"write-read": ["zero_", "sum"], "read": ["sum"], "write": ["zero_"]}
+    for policy, per_call in expected.items():
+        rec = bench_31(triton_31, policy, fast_flush=fast_flush)
+        names = [name for name in rec.names if name in ("zero_", "sum", "neg")]
+        assert names == ["neg"] + (per_call + ["neg"]) * 8, policy
+        written = [args[0] for name, args, _ in rec.ops if name == "zero_"]
+        assert all(w.nbytes == int(256e6) for w in written)
+        if policy != "write":
+            read = next(args[0] for name, args, _ in rec.ops if name == "sum")
+            assert read.dtype == torch.float32 and not any(overlaps(read, w) for w in written)
+            # what the 256e6-byte write leaves of the stock 256 MiB, no L2 on a CPU
+            assert read.nbytes == (256 << 20 if policy == "read" else (256 << 20) - int(256e6))
+    assert cleanflush.flush_counts() == {("triton", p): 8 for p in expected}
+    assert torch.empty is STOCK_EMPTY
+
+
+def test_triton_31_status_and_exact_restore(triton_31):
+    rows = [r for r in cleanflush.status() if r.package == "triton"]
+    assert [(r.target, r.patched) for r in rows] == [("triton.testing.do_bench", True)]
+    assert rows[0].detail.startswith("triton 3.0-3.1 layout")
+    assert triton_31.do_bench.__wrapped__ is do_bench_31
+    cleanflush.uninstall()
+    assert triton_31.do_bench is do_bench_31
+
+
+def test_triton_31_buffer_of_another_size_runs_stock_and_says_so(triton_31, monkeypatch):
+    """Negative control: a do_bench whose buffer the patch does not recognise."""
+    monkeypatch.setattr(triton_patch, "_is_do_bench_buffer", lambda tensor: False)
+    with pytest.warns(RuntimeWarning, match="made no flush buffer of the shape cleanflush knows"):
+        rec = bench_31(triton_31, "write-read")
+    assert [name for name in rec.names if name in ("zero_", "sum")] == ["zero_"] * 8
+    assert cleanflush.flush_counts() == {}
+    row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
+    assert not row.patched and "stock flush ran" in row.detail
+    assert torch.empty is STOCK_EMPTY
+
+
+def test_a_do_bench_of_unknown_layout_is_reported_unsupported(triton_31):
+    def do_bench(fn, warmup=25, rep=100):  # no fast_flush: not the 3.0-3.1 function
+        return fn()
+
+    cleanflush.uninstall()
+    triton_31.do_bench = do_bench
+    cleanflush.install()
+    assert triton_31.do_bench is do_bench
+    row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
+    assert not row.patched and row.detail.startswith("unsupported:")

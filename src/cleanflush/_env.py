@@ -7,7 +7,8 @@ import os
 from ._policy import DEFAULT_POLICY, ENV_VAR, POLICIES
 
 DISABLE_VAR = "CLEANFLUSH_DISABLE"
-TARGET_NAMES = ("triton", "inductor", "tritonbench", "kernelbench", "sol-execbench", "deep-ep")
+TARGET_NAMES = ("triton", "inductor", "tritonbench", "tilelang", "flashinfer", "deep-gemm", "sglang", "kernelbench",
+                "sol-execbench", "deep-ep")
 
 # the off spellings must match _cleanflush_boot._OFF, which reads them before any import
 _OFF = ("0", "off", "false", "no")

@@ -235,3 +235,39 @@ def after_write(device: torch.device, written: int | None, target: str) -> None:
         count_flush(target, "write")
     else:
         count_flush(target, "write-read")
+
+
+_tensor_classes: dict[str, type] = {}  # target -> its flushing subclass, made on first use
+
+
+def flushing_tensor(cache: torch.Tensor, target: str) -> torch.Tensor:
+    """``cache`` as a tensor whose ``zero_()`` is the flush, for harnesses that zero their
+    cache tensor inline (triton 3.0-3.2's do_bench, tritonbench, Helion's pretuned timers,
+    TileLang, FlashInfer): same storage, counted under ``target``.  After ``uninstall()``
+    a tensor already handed out zeroes stock."""
+    cls = _tensor_classes.get(target)
+    if cls is None:
+        import torch
+
+        def zero_(self: torch.Tensor) -> torch.Tensor:
+            plain = self.as_subclass(torch.Tensor)
+            if STATE.installed:
+                flush(plain, plain.zero_, target)
+            else:
+                plain.zero_()
+            return self
+
+        # no __torch_function__: every other op sees, and returns, a plain tensor
+        cls = _tensor_classes.setdefault(target, type("CleanFlushCache", (torch.Tensor,), {
+            "__torch_function__": torch._C._disabled_torch_function_impl, "zero_": zero_,
+            "__module__": __name__, "target": target}))
+    return plain_tensor(cache).as_subclass(cls)
+
+
+def plain_tensor(cache: Any) -> Any:
+    """The plain tensor behind a flushing one (anything else as it is)."""
+    if type(cache) in _tensor_classes.values():
+        import torch
+
+        return cache.as_subclass(torch.Tensor)
+    return cache

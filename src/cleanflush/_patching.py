@@ -43,14 +43,26 @@ def our_patch(owner: type, name: str) -> Patch | None:
     return patch if isinstance(patch, Patch) and patch.active else None
 
 
+# Every patch ever made, by (owner, name): a re-install puts the same wrapper back, so a
+# name that an import copied from it (``from deep_gemm.testing import bench_kineto``) flushes
+# again instead of staying the disabled wrapper of an earlier install.
+_made: dict[tuple[int, str], Patch] = {}
+
+
 def wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
     """Wrap ``owner.name`` (which ``owner`` itself defines); idempotent."""
     existing = our_patch(owner, name)
     if existing is not None:
         return existing
-    patch = Patch(owner, name, vars(owner)[name])
-    patch.wrapper = wrapt.FunctionWrapper(patch.original, wrapper, enabled=patch._enabled)
-    patch.wrapper._self_cleanflush_patch = patch
+    current = vars(owner)[name]
+    patch = _made.get((id(owner), name))
+    if patch is None or patch.owner is not owner or patch.original is not current \
+            or patch.wrapper._self_wrapper != wrapper:  # a bound method is made anew each time
+        patch = Patch(owner, name, current)
+        patch.wrapper = wrapt.FunctionWrapper(patch.original, wrapper, enabled=patch._enabled)
+        patch.wrapper._self_cleanflush_patch = patch
+        _made[(id(owner), name)] = patch
+    patch.active = True
     setattr(owner, name, patch.wrapper)
     return patch
 
@@ -80,10 +92,22 @@ class PatchSet:
     def __init__(self) -> None:
         self._patches: list[Patch] = []
 
-    def wrap(self, owner: Any, name: str, wrapper: Wrapper) -> None:
+    def wrap(self, owner: Any, name: str, wrapper: Wrapper) -> Patch:
         patch = wrap(owner, name, wrapper)
         if patch not in self._patches:
             self._patches.append(patch)
+        return patch
+
+    def wrap_alias(self, owner: Any, name: str, patch: Patch, wrapper: Wrapper) -> None:
+        """``owner.name`` re-exports what ``patch`` wraps: wrap it too while it holds the
+        original (imported before we were installed); when it holds our wrapper (copied by
+        an import while we were installed), put the original back there on revert."""
+        current = vars(owner).get(name)
+        if current is patch.original:
+            self.wrap(owner, name, wrapper)
+        elif current is patch.wrapper and not any(p.owner is owner and p.name == name for p in self._patches):
+            alias = _made[(id(owner), name)] = Patch(owner, name, patch.original, patch.wrapper)
+            self._patches.append(alias)
 
     def revert(self) -> None:
         while self._patches:

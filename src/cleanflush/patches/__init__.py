@@ -6,10 +6,12 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import metadata
 
-from . import decisions, deep_ep, inductor, kernelbench, sol_execbench, triton, tritonbench
+from . import (decisions, deep_ep, deep_gemm, flashinfer, inductor, kernelbench, sglang, sol_execbench, tilelang,
+               triton, tritonbench)
 
 # the benchmarkers, the harnesses, then the recorder
-TARGETS = (triton, inductor, tritonbench, kernelbench, sol_execbench, deep_ep, decisions)
+TARGETS = (triton, inductor, tritonbench, tilelang, flashinfer, deep_gemm, sglang, kernelbench, sol_execbench,
+           deep_ep, decisions)
 
 
 @lru_cache(maxsize=None)

@@ -9,7 +9,9 @@
   so do harnesses that take ``cache.zero_`` instead of ``clear_cache`` (tritonbench's
   CUDA-graph, profiler and GPU-event timers, Helion's pretuned benchmarks).  ``clear_cache``
   hands the stock code the plain tensor, so a flush through it runs once.
-* Older: the flush is inline on a local buffer in ``do_bench``; reported as unsupported.
+* triton 3.0-3.1: the driver has neither method; ``do_bench`` allocates its 256 MB buffer
+  and zeroes it inline.  While ``do_bench`` runs, that allocation hands out a flushing
+  tensor (``_local_buffer``).
 
 On triton 3.0-3.3 the active driver class (``triton.backends.backends[name].driver``)
 is a separate copy of the importable ``CudaDriver``, so both are patched.  Detection is
@@ -18,14 +20,17 @@ by feature: which of the two methods a class defines, not the version string.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
 from .. import _flush, _patching
+from . import _local_buffer
 from .._state import STATE, TargetStatus, count_flush, mark_uninstalled, not_loaded_row, record, warn_once
 
 NAME = "triton"  # as CLEANFLUSH_DISABLE names it
-HOOKS = ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver")
+HOOKS = ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver", "triton.testing")
+DO_BENCH = "triton.testing.do_bench"
 PACKAGE = "triton"
 _IMPORTABLE = (
     ("triton.backends.nvidia.driver", "CudaDriver"),
@@ -66,7 +71,7 @@ def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dic
                   "not clear_cache(cache); its stock flush is kept")
         count_flush("triton", "write")
         return wrapped(*args, **kwargs)
-    cache = _plain(args[0] if args else kwargs["cache"])  # our subclass would flush a second time
+    cache = _flush.plain_tensor(args[0] if args else kwargs["cache"])  # ours would flush a second time
     return _flush.flush(cache, lambda: wrapped(cache), "triton")
 
 
@@ -77,44 +82,10 @@ def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
     except Exception:  # the flush itself warns, falls back and counts the write
         pass
     try:
-        return _clean_cache_tensor(cache)
+        # for every caller that zeroes it directly: triton 3.2's do_bench, tritonbench, Helion
+        return _flush.flushing_tensor(cache, "triton")
     except Exception:  # not a tensor we know: the stock one
         return cache
-
-
-_CleanCache: type | None = None
-
-
-def _plain(cache: Any) -> Any:
-    """The plain tensor behind our subclass (anything else as it is)."""
-    if _CleanCache is not None and isinstance(cache, _CleanCache):
-        import torch
-
-        return cache.as_subclass(torch.Tensor)
-    return cache
-
-
-def _clean_cache_tensor(cache: Any) -> Any:
-    """The cache tensor as a subclass whose ``zero_()`` is our flush (for every caller that
-    zeroes it directly: triton 3.2's do_bench, tritonbench, Helion)."""
-    global _CleanCache
-    import torch
-
-    if _CleanCache is None:
-
-        class CleanFlushCache(torch.Tensor):
-            __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
-
-            def zero_(self) -> Any:
-                plain = self.as_subclass(torch.Tensor)
-                if STATE.installed:
-                    _flush.flush(plain, plain.zero_, "triton")
-                else:  # handed out before uninstall(): stock from then on
-                    plain.zero_()
-                return self
-
-        _CleanCache = CleanFlushCache
-    return cache.as_subclass(_CleanCache)
 
 
 def patch_class(label: str, cls: type) -> TargetStatus:
@@ -141,16 +112,44 @@ def patch_class(label: str, cls: type) -> TargetStatus:
 
 
 def apply() -> None:
-    classes = driver_classes()
-    for label, cls in classes:
-        record(patch_class(label, cls))
-    if "triton.backends" in sys.modules and not any(
-        row.patched for row in STATE.targets.values() if row.package == PACKAGE
-    ):
-        record(TargetStatus(
-            "triton.testing.do_bench", PACKAGE, _version(), False,
-            "unsupported: before triton 3.2 do_bench zeroes a local buffer inline; stock flush kept",
-        ))
+    rows = [patch_class(label, cls) for label, cls in driver_classes()]
+    if any(row.patched for row in rows) or "triton.backends" not in sys.modules:
+        for row in rows:
+            record(row)
+        return
+    # triton 3.0-3.1: the driver has no flush; do_bench zeroes a buffer of its own
+    testing = sys.modules.get("triton.testing")
+    if testing is None:
+        record(TargetStatus(DO_BENCH, PACKAGE, _version(), False,
+                            "triton 3.0-3.1 layout: patched when triton.testing is imported"))
+    elif _has_inline_flush(vars(testing).get("do_bench")):
+        _patches.wrap(testing, "do_bench", _do_bench)
+        record(TargetStatus(DO_BENCH, PACKAGE, _version(), True,
+                            "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush"))
+    else:
+        record(TargetStatus(DO_BENCH, PACKAGE, _version(), False, "unsupported: neither the driver "
+                            "nor triton.testing.do_bench has a flush cleanflush knows; stock flush kept"))
+
+
+def _has_inline_flush(do_bench: Any) -> bool:
+    """triton 3.0-3.1's do_bench: ``fast_flush`` picks the dtype of its local buffer."""
+    try:
+        return "fast_flush" in inspect.signature(do_bench).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_do_bench_buffer(tensor: Any) -> bool:
+    """``torch.empty(int(256e6 // 4), dtype=torch.int)``, or 256e6 int8 without fast_flush."""
+    import torch
+
+    return tensor.dim() == 1 and (tensor.dtype, tensor.numel()) in (
+        (torch.int32, int(256e6 // 4)), (torch.int8, int(256e6)))
+
+
+def _do_bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_do_bench_buffer, "triton",
+                             DO_BENCH, PACKAGE, _version())
 
 
 def revert() -> None:

@@ -1,0 +1,119 @@
+"""The ``bench_kineto`` lineage (DeepGEMM's, copied into FlashInfer and SGLang): before
+each profiled call it writes an 8 GB ``torch.empty(...).zero_()`` inline, then reads the
+kernel times from torch's profiler table by name substring.
+
+The write cannot be reached, so the benchmark is run with ``fn`` replaced by "the clean
+read, then ``fn``": the read lands between the stock write and the call, as in every other
+harness.  It is profiled too, but the table picks kernels by the names the caller asks
+for, and the read kernel's name (``cleanflush_l2_sweep``) contains none of them; where it
+would, or where the read would be torch's sum (a ``reduce_kernel``, which DeepGEMM's tests
+ask for by ``'reduce'``), the stock benchmark runs, said once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any, Callable
+
+from .. import _flush, _patching
+from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
+
+FLUSH_BYTES = int(8e9 // 4) * 4  # its int32 buffer of 8e9 bytes, on the current CUDA device
+
+
+def cuda_device() -> Any:
+    """Where the stock write goes (``device="cuda"``): the current CUDA device."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def clean_fn(fn: Callable[[], Any], device: Any, target: str) -> Callable[[], Any]:
+    """``fn`` with the clean read before it; not on the first call, which every copy makes
+    once before profiling, with no flush before it."""
+    calls = 0
+
+    def fn_after_clean_read() -> Any:
+        nonlocal calls
+        if calls:
+            _flush.after_write(device, FLUSH_BYTES, target)
+        calls += 1
+        return fn()
+
+    return fn_after_clean_read
+
+
+class BenchKineto:
+    """One module's ``bench_kineto``, with the interface of a patch module."""
+
+    def __init__(self, name: str, package: str, module: str, checked: str, reexported_by: str | None = None,
+                 device: Callable[[], Any] = cuda_device) -> None:
+        self.NAME = name  # as CLEANFLUSH_DISABLE names it
+        self.PACKAGE = package
+        self.HOOKS = (module,) + ((reexported_by,) if reexported_by else ())
+        self.module, self.reexported_by, self.checked, self.device = module, reexported_by, checked, device
+        self.target = f"{module}.bench_kineto"
+        self._patches = _patching.PatchSet()
+
+    def _stock(self, why: str, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        warn_once(f"kineto:{self.target}:{why}", f"{self.target} runs stock: {why}")
+        return wrapped(*args, **kwargs)
+
+    def wrapper(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from .._policy import current_policy
+
+        try:
+            call = inspect.signature(wrapped).bind(*args, **kwargs)
+        except (TypeError, ValueError):
+            return wrapped(*args, **kwargs)  # the stock code says what is wrong with the call
+        call.apply_defaults()
+        given = call.arguments
+        if "fn" not in given or "flush_l2" not in given:
+            return self._stock("its signature has no fn or flush_l2", wrapped, args, kwargs)
+        if not given["flush_l2"] or current_policy() == "write":
+            return wrapped(*args, **kwargs)
+        names = given.get("kernel_names")
+        names = (names,) if isinstance(names, str) else names
+        clash = [name for name in names or () if isinstance(name, str) and name in _flush.READ_KERNEL]
+        if clash:
+            return self._stock(f"the read kernel {_flush.READ_KERNEL} would match kernel name "
+                               f"{clash[0]!r}", wrapped, args, kwargs)
+        try:
+            device = self.device()
+            sweep = _flush.prepare(device).sweep
+        except Exception as exc:
+            return self._stock(f"no read buffer ({exc})", wrapped, args, kwargs)
+        if sweep is None and device.type == "cuda":
+            return self._stock(f"the read kernel {_flush.READ_KERNEL} is unavailable, and torch's sum "
+                               "would be picked by kernel-name filters", wrapped, args, kwargs)
+        given["fn"] = clean_fn(given["fn"], device, self.NAME)
+        return wrapped(*call.args, **call.kwargs)
+
+    def version(self) -> str | None:
+        from . import installed_version
+
+        return installed_version(self.PACKAGE)
+
+    def apply(self) -> None:
+        module = sys.modules.get(self.module)
+        if module is None:
+            return
+        if callable(vars(module).get("bench_kineto")):
+            patch = self._patches.wrap(module, "bench_kineto", self.wrapper)
+            reexports = sys.modules.get(self.reexported_by or "")
+            if reexports is not None:
+                self._patches.wrap_alias(reexports, "bench_kineto", patch, self.wrapper)
+            record(TargetStatus(self.target, self.NAME, self.version(), True,
+                                f"the read runs between its 8 GB write and each call; {self.checked}"))
+        else:
+            record(TargetStatus(self.target, self.NAME, self.version(), False,
+                                f"unsupported: {self.module} has no bench_kineto; stock flush kept"))
+
+    def revert(self) -> None:
+        self._patches.revert()
+        mark_uninstalled(self.NAME)
+
+    def status(self) -> list[TargetStatus]:
+        rows = [row for row in STATE.targets.values() if row.package in (self.NAME, self.PACKAGE)]
+        return rows or [not_loaded_row(self.target, self.NAME, self.version())]

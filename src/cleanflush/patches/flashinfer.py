@@ -1,0 +1,97 @@
+"""FlashInfer: ``flashinfer.testing`` (read at flashinfer-ai/flashinfer fb28d72 and in the
+flashinfer-python 0.7.4 wheel, whose ``flashinfer/testing/utils.py`` the CPU tests run).
+
+* ``bench_gpu_time_with_cuda_event`` and ``bench_gpu_time_with_cupti`` (the timer of
+  flashinfer-bench) allocate a local 2 x L2 int8 buffer and ``zero_()`` it before every
+  call: while one runs, its buffer is handed out as a flushing tensor (``_local_buffer``).
+  Callers bind these names at import (``flashinfer.testing`` re-exports them,
+  flashinfer-bench imports them from there), so the re-exports are patched as well; a
+  module that copied the name before cleanflush was installed keeps the stock function
+  (``CLEANFLUSH=1`` installs first).
+* ``bench_kineto`` is DeepGEMM's, with its 8 GB inline write (``_kineto``).
+* ``bench_gpu_time_with_cudagraph`` rotates its inputs and flushes nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+from .. import _patching
+from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
+from . import _local_buffer
+from ._kineto import BenchKineto
+
+NAME = "flashinfer"  # as CLEANFLUSH_DISABLE names it
+PACKAGE = "flashinfer-python"
+MODULE = "flashinfer.testing.utils"
+HOOKS = (MODULE, "flashinfer.testing")
+TIMERS = ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti")
+CHECKED = "checked against flashinfer-python 0.7.4"
+
+_patches = _patching.PatchSet()
+_kineto = BenchKineto(NAME, PACKAGE, MODULE, CHECKED)
+
+
+def _is_flush_buffer(tensor: Any) -> bool:
+    import torch
+
+    return tensor.dim() == 1 and tensor.dtype == torch.int8
+
+
+def _flush_asked(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    call = inspect.signature(wrapped).bind(*args, **kwargs)
+    call.apply_defaults()
+    given = call.arguments
+    if any(given[name] is not None for name in ("l2_flush", "l2_flush_size_mb", "l2_flush_device")):
+        return given["l2_flush"] is not False  # the deprecated spelling, which defaults to on
+    return bool(given["cold_l2_cache"]) and not given.get("use_cuda_graph")  # graphs: rotation
+
+
+def _timer(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        asked = _flush_asked(wrapped, args, kwargs)
+    except Exception:  # a call or a signature we do not know: the stock code as called
+        return wrapped(*args, **kwargs)
+    if not asked:
+        return wrapped(*args, **kwargs)
+    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_flush_buffer, NAME,
+                             f"{MODULE}.{wrapped.__name__}", NAME, _version())
+
+
+def _version() -> str | None:
+    from . import installed_version
+
+    return installed_version(PACKAGE)
+
+
+def apply() -> None:
+    utils = sys.modules.get(MODULE)
+    if utils is None:
+        return
+    for name in TIMERS:
+        target = f"{MODULE}.{name}"
+        stock = vars(utils).get(name)
+        if not callable(stock):
+            record(TargetStatus(target, NAME, _version(), False,
+                                f"unsupported: {MODULE} has no function {name}; stock flush kept"))
+            continue
+        patch = _patches.wrap(utils, name, _timer)
+        reexports = sys.modules.get("flashinfer.testing")
+        if reexports is not None:
+            _patches.wrap_alias(reexports, name, patch, _timer)
+        record(TargetStatus(target, NAME, _version(), True,
+                            f"its local flush buffer zeroes through the flush; {CHECKED}"))
+    _kineto.apply()
+
+
+def revert() -> None:
+    _patches.revert()
+    _kineto.revert()
+    mark_uninstalled(NAME)
+
+
+def status() -> list[TargetStatus]:
+    rows = [row for row in STATE.targets.values() if row.package == NAME]
+    return rows or [not_loaded_row(MODULE, NAME, _version())]

@@ -1,0 +1,11 @@
+"""SGLang: ``sglang.srt.bench_utils.bench_kineto``, DeepGEMM's copy with the same 8 GB
+inline write (read at sgl-project/sglang 126a97f).
+"""
+
+from __future__ import annotations
+
+from ._kineto import BenchKineto
+
+TARGET = BenchKineto("sglang", "sglang", "sglang.srt.bench_utils", "checked against SGLang 126a97f's layout")
+NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
+apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status

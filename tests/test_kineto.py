@@ -1,0 +1,149 @@
+"""DeepGEMM's and SGLang's ``bench_kineto`` (FlashInfer's copy runs for real in
+tests/test_flashinfer.py).  Neither installs on CPU from the package index (DeepGEMM is
+git-only and compiles at import; SGLang's package pulls a serving stack), so each is a
+stand-in with the layout read at deepseek-ai/DeepGEMM 54e2261
+(deep_gemm/testing/bench.py, star-imported by deep_gemm/testing/__init__.py) and
+sgl-project/sglang 126a97f (python/sglang/srt/bench_utils.py): the signature, the first
+unflushed call, and the 8 GB inline write before each profiled call (the profiler and
+the table parsing, which the read kernel's name keeps out of, are left out).
+"""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+import wrapt
+
+import cleanflush
+from cleanflush.patches import deep_gemm, sglang
+
+from .conftest import run_python
+from .ops import OpRecorder, SmallCudaWrites
+
+BENCH_KINETO = '''
+    import torch
+
+    def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: bool = False,
+                     trace_path: str = None, flush_l2: bool = True, with_multiple_kernels: bool = False,
+                     {extra}):
+        flush_l2_size = int(8e9 // 4)
+        fn()
+        for i in range(2):
+            for _ in range(num_tests):
+                if flush_l2:
+                    torch.empty(flush_l2_size, dtype=torch.int, device={quote}cuda{quote}).zero_()
+                fn()
+        return 1
+'''
+STAND_INS = {
+    "deep_gemm/testing/bench.py": BENCH_KINETO.format(extra="barrier=None", quote="'"),
+    "deep_gemm/testing/__init__.py": "from . import bench\nfrom .bench import *\n",
+    "sglang/srt/bench_utils.py": BENCH_KINETO.replace("{extra}):", "):").format(quote='"'),
+}
+TARGETS = {"deep-gemm": (deep_gemm, "deep_gemm.testing.bench"), "sglang": (sglang, "sglang.srt.bench_utils")}
+
+
+@pytest.fixture
+def stand_ins(tmp_path, monkeypatch):
+    for path, body in STAND_INS.items():
+        file = tmp_path / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        for parent in file.relative_to(tmp_path).parents:
+            init = tmp_path / parent / "__init__.py"
+            if str(parent) != "." and not init.exists():
+                init.touch()
+        file.write_text(textwrap.dedent(body))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for patch in (deep_gemm, sglang):
+        monkeypatch.setattr(patch.TARGET, "device", lambda: torch.device("cpu"))
+    for module in ("deep_gemm.testing", "sglang.srt.bench_utils"):
+        importlib.import_module(module)
+    # an import hook fires once per module name, and these are imported anew for every
+    # test: install again, which patches what is loaded (the autoload test below checks
+    # the hook itself, in a fresh interpreter)
+    cleanflush.uninstall()
+    cleanflush.install()
+    yield tmp_path
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("deep_gemm", "sglang"):
+            del sys.modules[name]
+
+
+def ops(bench_kineto, policy, **kwargs):
+    x = torch.ones(8)
+    with cleanflush.policy(policy), OpRecorder() as rec, SmallCudaWrites():
+        assert bench_kineto(lambda: torch.neg(x), ("nvjet", "reduce"), num_tests=3, **kwargs) == 1
+    return [name for name in rec.names if name in ("empty", "zero_", "sum", "neg")]
+
+
+@pytest.mark.parametrize("harness", list(TARGETS))
+def test_the_read_runs_between_the_write_and_each_call(stand_ins, harness):
+    patch, module = TARGETS[harness]
+    bench_kineto = importlib.import_module(module).bench_kineto
+    assert ops(bench_kineto, "write-read") == ["neg"] + ["empty", "zero_", "sum", "neg"] * 6
+    assert ops(bench_kineto, "write") == ["neg"] + ["empty", "zero_", "neg"] * 6
+    assert ops(bench_kineto, "write-read", flush_l2=False) == ["neg"] * 7
+    assert cleanflush.flush_counts() == {(harness, "write-read"): 6}
+
+
+def test_deep_gemm_tests_get_the_patched_name_through_the_star_import(stand_ins):
+    from deep_gemm.testing import bench_kineto  # as DeepGEMM's tests import it
+
+    bench = importlib.import_module("deep_gemm.testing.bench")
+    stock = vars(bench)["bench_kineto"].__wrapped__
+    assert isinstance(bench_kineto, wrapt.FunctionWrapper) and bench_kineto.__wrapped__ is stock
+    assert ops(bench_kineto, "write-read") == ["neg"] + ["empty", "zero_", "sum", "neg"] * 6
+    cleanflush.uninstall()
+    testing = sys.modules["deep_gemm.testing"]
+    assert vars(testing)["bench_kineto"] is stock and vars(bench)["bench_kineto"] is stock
+
+
+@pytest.mark.parametrize("harness", list(TARGETS))
+def test_status_and_disable(stand_ins, harness, monkeypatch):
+    patch, module = TARGETS[harness]
+    importlib.import_module(module)
+    row = {r.target: r for r in cleanflush.status()}[f"{module}.bench_kineto"]
+    assert row.patched and row.package == harness
+    monkeypatch.setenv("CLEANFLUSH_DISABLE", harness)
+    cleanflush.uninstall()
+    cleanflush.install()
+    assert not isinstance(vars(sys.modules[module])["bench_kineto"], wrapt.FunctionWrapper)
+    rows = {r.target: r.detail for r in cleanflush.status()}
+    assert rows[f"{harness}: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
+
+
+def test_a_fresh_interpreter_with_the_autoload_patches_deep_gemm(stand_ins):
+    child = run_python("""
+        import sys; sys.path.insert(0, %r)
+        import torch
+        from deep_gemm.testing import bench_kineto
+        import deep_gemm.testing.bench as bench, cleanflush
+        print(type(bench_kineto).__name__, bench_kineto is bench.bench_kineto)
+        cleanflush.uninstall()  # the star import copied our wrapper: the stock one goes back
+        print(sys.modules["deep_gemm.testing"].bench_kineto is bench.bench_kineto is bench_kineto.__wrapped__)
+    """ % str(stand_ins), env={"CLEANFLUSH": "1"})
+    assert child.stdout.split() == ["FunctionWrapper", "True", "True"], child.stderr
+
+
+def test_a_signature_without_flush_l2_runs_stock_and_says_so(stand_ins):
+    def bench_kineto(fn, kernel_names):
+        fn()
+        return 1
+
+    wrapper = wrapt.FunctionWrapper(bench_kineto, sglang.TARGET.wrapper)
+    with pytest.warns(RuntimeWarning, match="runs stock: its signature has no fn or flush_l2"):
+        assert wrapper(lambda: None, "nvjet") == 1
+
+
+def test_a_name_bound_before_a_reinstall_flushes_again(stand_ins):
+    """DeepGEMM's tests bind ``bench_kineto`` once; uninstall then install (a fixture that
+    resets cleanflush) must not leave them with a disabled wrapper."""
+    from deep_gemm.testing import bench_kineto
+
+    cleanflush.uninstall()
+    assert ops(bench_kineto, "write-read") == ["neg"] + ["empty", "zero_", "neg"] * 6  # stock meanwhile
+    cleanflush.install()
+    assert ops(bench_kineto, "write-read") == ["neg"] + ["empty", "zero_", "sum", "neg"] * 6
+    assert vars(sys.modules["deep_gemm.testing"])["bench_kineto"] is bench_kineto

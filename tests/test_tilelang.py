@@ -1,0 +1,121 @@
+"""TileLang's timers, the real ones (tilelang 0.1.15 from the package index, on CPU tensors).
+
+In 0.1.15 ``tilelang.profiler.bench`` imports its three helpers from ``torch_bench`` under
+``_bench_with_*`` names and ``_do_bench_impl`` calls them as module globals; each receives
+the flush buffer as ``cache``.  The CUPTI helper runs as it is on CPU (torch's profiler,
+its ``tilelang::cache_flush`` range); the event helper needs a stand-in for the CUDA event
+class it imports (``Event`` is None without a GPU).
+"""
+
+import importlib
+
+import pytest
+import torch
+import wrapt
+
+import cleanflush
+from cleanflush.patches import tilelang as patch
+
+from .ops import OpRecorder, overlaps
+
+bench = pytest.importorskip("tilelang.profiler.bench")
+torch_bench = importlib.import_module("tilelang.profiler.torch_bench")
+
+HELPERS = ["_bench_with_cuda_events", "_bench_with_cupti", "_bench_with_cudagraph"]
+
+
+class CpuEvent:
+    """Stand-in for the CUDA event ``torch_bench`` imports: record and elapsed_time."""
+
+    def __init__(self, enable_timing=True):
+        self.t = 0.0
+
+    def record(self):
+        self.t = 0.0
+
+    def elapsed_time(self, other):
+        return 1.0
+
+
+def timed(policy, helper, n=3):
+    """Ops of one helper call under ``policy``: the kernel under test is ``neg``."""
+    cache = torch.empty(1 << 20, dtype=torch.int32)
+    x = torch.ones(8)
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        helper(lambda: torch.neg(x), cache, n)
+    return cache, rec
+
+
+def test_the_helpers_bench_calls_are_patched_and_restored_exactly():
+    stock = {name: getattr(torch_bench, name.lstrip("_")) for name in HELPERS}  # where 0.1.15 defines them
+    assert all(vars(bench)[name].__wrapped__ is stock[name] for name in HELPERS)
+    assert not any(isinstance(vars(torch_bench)[name.lstrip("_")], wrapt.FunctionWrapper) for name in HELPERS)
+    rows = [r for r in cleanflush.status() if r.package == "tilelang"]
+    assert [(r.target, r.patched, r.version) for r in rows] == [("tilelang.profiler.bench._bench_with_*", True, "0.1.15")]
+    cleanflush.uninstall()
+    assert all(vars(bench)[name] is stock[name] for name in HELPERS)
+    assert [r.detail for r in cleanflush.status() if r.package == "tilelang"] == ["uninstalled"]
+
+
+@pytest.mark.parametrize("policy, per_call", [("write-read", ["zero_", "sum"]), ("read", ["sum"]),
+                                              ("write", ["zero_"])])
+def test_the_cupti_timer_flushes_inside_the_range_it_subtracts(policy, per_call):
+    cache, rec = timed(policy, bench._bench_with_cupti)
+    calls = [name for name in rec.names if name in ("zero_", "sum", "neg")]
+    assert calls == (per_call + ["neg"]) * 6  # two profiler rounds of three
+    if policy != "write":
+        read = next(args[0] for name, args, _ in rec.ops if name == "sum")
+        assert read.dtype == torch.float32 and not overlaps(read, cache)
+    assert cleanflush.flush_counts() == {("tilelang", policy): 6}
+
+
+def test_the_read_is_inside_the_cache_flush_range(monkeypatch):
+    """The CUPTI timer subtracts the device time of ``tilelang::cache_flush`` ranges: the
+    read must run inside one, or it is charged to the kernel."""
+    seen = []
+    stock = torch.profiler.record_function
+
+    class Watch(stock):
+        def __enter__(self):
+            seen.append(("enter", self.name))
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            seen.append(("exit", self.name))
+            return super().__exit__(*exc)
+
+    monkeypatch.setattr(torch.profiler, "record_function", Watch)
+    monkeypatch.setattr(cleanflush._flush, "read", lambda device, nbytes: seen.append(("read", nbytes)))
+    timed("write-read", bench._bench_with_cupti, n=1)
+    flush = torch_bench._CACHE_FLUSH_ID
+    # the read covers what the 4 MiB write left of the stock 256 MiB (no L2 on a CPU)
+    assert seen[:3] == [("enter", flush), ("read", (256 - 4) << 20), ("exit", flush)]
+
+
+def test_the_event_timer_flushes_before_each_start_event(monkeypatch):
+    monkeypatch.setattr(torch_bench, "Event", CpuEvent)
+    monkeypatch.setattr(torch_bench, "_cuda_synchronize", lambda device_idx: None)
+    cache, rec = timed("write-read", lambda fn, c, n: bench._bench_with_cuda_events(fn, c, n, None, "mean", None))
+    assert [name for name in rec.names if name in ("zero_", "sum", "neg")] == ["zero_", "sum", "neg"] * 3
+    assert cleanflush.flush_counts() == {("tilelang", "write-read"): 3}
+
+
+def test_a_cache_that_is_not_a_tensor_runs_the_stock_helper():
+    calls = []
+
+    def helper(fn, cache, n_repeat):
+        calls.append(type(cache))
+
+    wrapper = wrapt.FunctionWrapper(helper, patch._helper)
+    wrapper(lambda: None, "not a tensor", 1)
+    wrapper(lambda: None, torch.empty(4, dtype=torch.int32), 1)
+    assert calls[0] is str and calls[1].__name__ == "CleanFlushCache"
+
+
+def test_disabled_by_name(monkeypatch):
+    monkeypatch.setenv("CLEANFLUSH_DISABLE", "tilelang")
+    cleanflush.uninstall()
+    cleanflush.install()
+    assert not isinstance(vars(bench)["_bench_with_cupti"], wrapt.FunctionWrapper)
+    rows = {r.target: r.detail for r in cleanflush.status() if r.package == "tilelang"}
+    assert rows["tilelang: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
