@@ -81,6 +81,44 @@ for label, cls in triton_patch.driver_classes():
         with cleanflush.policy(policy), Ops() as ops:
             run(torch.zeros(64, dtype=torch.int32))
         sequences[f"{label} | {policy}"] = ops.names
+testing = sys.modules.get("triton.testing")
+if testing is not None and patching.our_patch(testing, "do_bench"):
+    # triton 3.0-3.1: the real do_bench on CPU.  3.1 asks the device interface (CPU has one);
+    # 3.0 calls torch.cuda and allocates on "cuda": those are stood in for.
+    import inspect
+
+    class CpuEvent:
+        def __init__(self, enable_timing=True):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 1.0
+
+    x = torch.ones(4)
+    on_cpu = "device_type" in inspect.signature(testing.do_bench).parameters
+    real = torch.empty, torch.cuda.synchronize, torch.cuda.Event
+    if not on_cpu:
+        torch.empty = lambda *a, **k: real[0](*a, **{**k, "device": "cpu"})
+        torch.cuda.synchronize, torch.cuda.Event = (lambda *a: None), CpuEvent
+    try:
+        for policy in cleanflush.POLICIES:
+            with cleanflush.policy(policy), Ops() as ops:
+                testing.do_bench(lambda: torch.neg(x), warmup=1, rep=1, **({"device_type": "cpu"} if on_cpu else {}))
+            # the flush before each call, once per call after the first (which has none)
+            chunks, chunk = [], []
+            for name in ops.names[1:]:
+                if name == "neg":
+                    chunks.append(chunk)
+                    chunk = []
+                else:
+                    chunk.append(name)
+            unique = {tuple(c) for c in chunks}
+            sequences[f"triton.testing.do_bench | {policy}"] = list(unique.pop()) if len(unique) == 1 else sorted(unique)
+    finally:
+        torch.empty, torch.cuda.synchronize, torch.cuda.Event = real
 benchmarking = sys.modules.get("torch._inductor.runtime.benchmarking")
 bench_cls = getattr(benchmarking, "InductorBenchmarker", None)
 if bench_cls is not None and inductor_patch._patching.our_patch(bench_cls, "benchmark_gpu"):

@@ -31,7 +31,7 @@ PAIRINGS |= {f"torch-{v}": [f"torch=={v}"]
              for v in ("2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.14.1", "2.15.0")}
 
 COLUMNS = {
-    "triton driver": lambda t: t["package"] == "triton" and "nvidia" in t["target"],
+    "triton flush": lambda t: t["package"] == "triton" and ("nvidia" in t["target"] or t["target"] == "triton.testing.do_bench"),
     "InductorBenchmarker": lambda t: t["target"] == "InductorBenchmarker.benchmark_gpu",
     "TorchProfilerBenchmarker": lambda t: t["target"] == "TorchProfilerBenchmarker.benchmark_gpu",
     "_do_bench_using_profiling": lambda t: t["target"].endswith("_do_bench_using_profiling"),
@@ -154,7 +154,7 @@ def summary(records: list[dict]) -> list[str]:
             by_axis["torch"].setdefault(r["torch"].split("+")[0], r)  # the CI pairing
     lines = ["| target | patched on | not patched (status says why) |", "|---|---|---|"]
     for column in COLUMNS:
-        axis = "triton" if column == "triton driver" else "torch"
+        axis = "triton" if column == "triton flush" else "torch"
         order = sorted(by_axis[axis], key=lambda v: tuple(int(x) for x in v.split(".")))
         states = {v: cell(r, column) for v, r in by_axis[axis].items()}
         patched = _ranges([v for v, c in states.items() if c == "patched"], order)
@@ -163,7 +163,7 @@ def summary(records: list[dict]) -> list[str]:
         not_patched = ", ".join(filter(None, [
             f"{axis} {_ranges([v for v in other if v not in absent], order)}" if len(other) > len(absent) else "",
             f"absent in {axis} {_ranges(absent, order)}" if absent else ""]))
-        label = {"triton driver": "Triton do_bench, autotuner, Proton (driver)"}.get(column, column)
+        label = {"triton flush": "Triton do_bench, autotuner, Proton"}.get(column, column)
         lines.append(f"| {label} | {axis} {patched} | {not_patched or '-'} |")
     failed = [r["name"] for r in records if not checks(r).startswith("all pass")]
     partial = sorted({key: [r["name"] for r in records if key in skipped(r)]

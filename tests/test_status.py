@@ -33,7 +33,7 @@ def test_after_uninstall_every_patched_row_says_uninstalled():
     after = rows()
     for name, row in before.items():
         assert after[name] == _state.TargetStatus(row.target, row.package, row.version, False, "uninstalled")
-    assert after["TritonBenchmarker.benchmark_gpu"].detail.endswith("the triton driver is not patched")
+    assert after["TritonBenchmarker.benchmark_gpu"].detail.endswith("its flush is not patched")
 
 
 def test_reverting_one_package_leaves_the_others_rows():

@@ -370,6 +370,10 @@ def test_triton_31_status_and_exact_restore(triton_31):
     rows = [r for r in cleanflush.status() if r.package == "triton"]
     assert [(r.target, r.patched) for r in rows] == [("triton.testing.do_bench", True)]
     assert rows[0].detail.startswith("triton 3.0-3.1 layout")
+    import torch._inductor.runtime.benchmarking  # noqa: F401  (TritonBenchmarker calls do_bench)
+
+    inductor_row = {r.target: r for r in cleanflush.status()}["TritonBenchmarker.benchmark_gpu"]
+    assert inductor_row.patched and inductor_row.detail.endswith("patched there")
     assert triton_31.do_bench.__wrapped__ is do_bench_31
     cleanflush.uninstall()
     assert triton_31.do_bench is do_bench_31

@@ -211,11 +211,11 @@ def revert() -> None:
 def status() -> list[TargetStatus]:
     rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
     if hasattr(sys.modules.get(BENCHMARKING), "TritonBenchmarker"):
-        triton_patched = triton_patch.driver_patched()
+        triton_patched = triton_patch.do_bench_patched()
         rows.insert(0, TargetStatus(
             "TritonBenchmarker.benchmark_gpu", PACKAGE, _version(), triton_patched,
             "flushes through triton.testing.do_bench: " + ("patched there" if triton_patched
-                                                            else "the triton driver is not patched"),
+                                                            else "its flush is not patched"),
         ))
     if rows:
         return rows

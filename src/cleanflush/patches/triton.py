@@ -163,13 +163,20 @@ def driver_patched() -> bool:
                for row in STATE.targets.values())
 
 
+def do_bench_patched() -> bool:
+    """Whether ``triton.testing.do_bench`` flushes through cleanflush: through a patched
+    driver, or (triton 3.0-3.1) wrapped itself."""
+    row = STATE.targets.get(DO_BENCH)
+    return driver_patched() or bool(row and row.patched)
+
+
 def status() -> list[TargetStatus]:
     rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
     version = _version()
     if not rows:
         if sys.modules.get("triton") is not None and "triton.backends" not in sys.modules:
             return [TargetStatus(
-                "triton.testing.do_bench", PACKAGE, version, False,
+                DO_BENCH, PACKAGE, version, False,
                 "unsupported: this triton has no driver backends (before 3.0); stock flush kept",
             )]
         return [not_loaded_row("triton", PACKAGE, version)]
