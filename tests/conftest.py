@@ -40,6 +40,10 @@ def fresh_install():
     _flush.release()
     _policy.set_default(cleanflush.DEFAULT_POLICY)
     cleanflush.install()
+    if "mutmut" in sys.modules:
+        from tests.mutation.plugin import forget_hits_so_far
+
+        forget_hits_so_far()
     yield
     assert not _policy._open_anywhere, "the test left a cleanflush.policy block open"
 

@@ -16,7 +16,9 @@ copy, and mutmut credits a test only with the functions its own process reached.
 * what the autouse fixture reaches while setting a test up (install, uninstall, resets) is
   not credited to the test: every test runs it, so crediting it would run the whole suite
   for each mutant of ``install()``.  Those mutants are judged by the tests that call them
-  on purpose, in their body or in a child.
+  on purpose: in their body, in a child, or in a fixture of their own (an earlier version
+  dropped every setup hit, and so never ran a harness patch's ``apply`` mutants against the
+  tests whose fixture installs it).
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(HITS_VAR, tempfile.mkdtemp(prefix="cleanflush-mutmut-"))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
+def forget_hits_so_far() -> None:
+    """Called by the autouse fixture once it has set a test up: what it reached is not
+    credited to the test.  A test's own fixtures, which run after it (a harness stand-in
+    that installs cleanflush again), are credited: they are part of what the test checks."""
     from mutmut.state import state
 
-    state()._stats.clear()  # hits of the setup phase (the autouse fixture)
+    state()._stats.clear()
 
 
 @pytest.hookimpl(tryfirst=True)
