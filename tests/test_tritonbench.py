@@ -115,3 +115,53 @@ def test_disable_names_it(monkeypatch):
     rows = {r.target: r.detail for r in cleanflush.status()}
     assert rows["tritonbench: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
     assert type(module.CACHE_CLEAR_KERNEL) is str
+
+
+def test_the_version_of_an_installed_tritonbench_shows(run_module, tmp_path, monkeypatch):
+    layout, module = run_module
+    from cleanflush.patches import installed_version
+
+    dist = tmp_path / "tritonbench-0.0.7.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tritonbench\nVersion: 0.0.7\n")
+    installed_version.cache_clear()
+    monkeypatch.setattr(installed_version, "cache_clear", installed_version.cache_clear)  # cleared after, too
+    try:
+        cleanflush.uninstall()
+        cleanflush.install()
+        row = {r.target: r for r in cleanflush.status()}[patch.TARGET]
+        assert (row.patched, row.version) == (True, "0.0.7")
+        cleanflush.uninstall()
+        for name in list(sys.modules):
+            if name.split(".")[0] == "tritonbench":
+                del sys.modules[name]
+        cleanflush._state.reset_for_tests()
+        assert patch.status()[0].version == "0.0.7"  # not imported yet, but installed
+        monkeypatch.setitem(sys.modules, patch.MODULE, type(sys)(patch.MODULE))
+        patch.apply()  # a layout without either name
+        assert {r.target: r for r in patch.status()}[patch.TARGET].version == "0.0.7"
+    finally:
+        installed_version.cache_clear()
+
+
+def test_a_keyword_call_of_the_kernel_filter_reaches_it(run_module):
+    layout, module = run_module
+    if layout != "substring":
+        pytest.skip("only the substring layout has the function")
+    assert module._is_cache_clear_kernel(name=FILL) and module._is_cache_clear_kernel(name="cleanflush_l2_sweep")
+    assert not module._is_cache_clear_kernel(name=GEMM)
+
+
+def test_a_constant_set_again_after_us_is_left_and_said_once(run_module, recwarn):
+    layout, module = run_module
+    if layout != "exact":
+        pytest.skip("only the exact-name layout has the constant")
+    module.CACHE_CLEAR_KERNEL = "something else"
+    cleanflush.uninstall()
+    assert module.CACHE_CLEAR_KERNEL == "something else"
+    said = [str(w.message) for w in recwarn if "CACHE_CLEAR_KERNEL" in str(w.message)]
+    assert said == [f"cleanflush: {patch.MODULE}.CACHE_CLEAR_KERNEL was set again after cleanflush; left as it is"]
+    cleanflush.install()
+    module.CACHE_CLEAR_KERNEL = "another"
+    cleanflush.uninstall()  # another module object would get its own warning; this one, none again
+    assert len([w for w in recwarn if "CACHE_CLEAR_KERNEL" in str(w.message)]) == 1

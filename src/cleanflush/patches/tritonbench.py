@@ -48,7 +48,8 @@ class AlsoTheRead(str):
 
 
 def _is_cache_clear_kernel(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return wrapped(*args, **kwargs) or (bool(args) and args[0] == READ_KERNEL)
+    name = args[0] if args else next(iter(kwargs.values()), None)  # its one argument, however passed
+    return wrapped(*args, **kwargs) or name == READ_KERNEL
 
 
 def _version() -> str | None:
