@@ -15,6 +15,10 @@ imports is timed, the others are skipped:
 
 * KernelBench src/kernelbench/timing.py as kernelbench/timing.py; DeepEP
   deep_ep/utils/testing.py as deep_ep/utils/testing.py (empty __init__.py files);
+* SOL-ExecBench src/sol_execbench/core/bench/timing.py as sol_execbench/core/bench/timing.py,
+  with an io.py next to it defining a ``ShiftingMemoryPoolAllocator`` class (only its
+  ``time_runnable`` uses it) and, without cupti-python, a ``cupti`` package whose
+  ``__init__.py`` sets ``cupti`` to any object (its event timer needs none);
 * flashinfer-python's flashinfer/testing/ (its __init__.py and utils.py) under a flashinfer/
   whose __init__.py is empty and whose utils.py defines ``round_up`` (the one name it takes
   from the compiled package); einops installed;
@@ -30,8 +34,9 @@ Run on a GPU with CLEANFLUSH=1 (the autoload patches the harnesses as they are i
 
     PYTHONPATH=ext CLEANFLUSH=1 python benchmarks/harness_timing.py
 
-H200 results: results/h200/2026-11-30-harnesses-kernelbench-deepep.txt (KernelBench 423217d,
-DeepEP dd758ca) and results/h200/2026-12-01-harnesses-run31.txt (the others).
+H200 results: results/h200/2026-12-01-harnesses-run34.txt (KernelBench 423217d, DeepEP
+dd758ca, SOL-ExecBench 8d2237d, flashinfer-python 0.7.4, DeepGEMM 54e2261, tilelang 0.1.15,
+triton 3.1.0; earlier runs: 2026-11-30-harnesses-kernelbench-deepep.txt, 2026-12-01-harnesses-run31.txt).
 """
 import importlib
 import statistics
@@ -83,6 +88,9 @@ if kb := optional("kernelbench.timing"):
         kb.time_execution_with_cuda_event(fn, [], num_warmup=3, num_trials=200, verbose=False)) * 1e3, event_reference)
 if dep := optional("deep_ep.utils.testing"):
     harnesses["DeepEP bench"] = (lambda: dep.bench(fn, num_warmups=20, num_tests=200)[0] * 1e6, event_reference)
+if sol := optional("sol_execbench.core.bench.timing"):
+    harnesses["SOL-ExecBench bench_time_with_cuda_events"] = (lambda: statistics.median(
+        sol.bench_time_with_cuda_events(fn, warmup=20, rep=300)) * 1e3, event_reference)
 if fi := optional("flashinfer.testing.utils"):
     harnesses["FlashInfer bench_gpu_time_with_cuda_event"] = (lambda: statistics.median(
         fi.bench_gpu_time_with_cuda_event(fn, dry_run_iters=50, repeat_iters=300)) * 1e3, event_reference)
