@@ -39,14 +39,19 @@ dd758ca, SOL-ExecBench 8d2237d, flashinfer-python 0.7.4, DeepGEMM 54e2261, tilel
 triton 3.1.0; earlier runs: 2026-11-30-harnesses-kernelbench-deepep.txt, 2026-12-01-harnesses-run31.txt).
 """
 import importlib
+import os
 import statistics
 import warnings
 
-import torch
+# the kernel-only timers profile: let Kineto detach CUPTI after each session, or every later
+# launch in this process is slower (pytorch/pytorch#144455; benchmarks/notes.md run 35)
+os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
-import cleanflush
-from cleanflush import _measure
-from cleanflush._stats import central_mean
+import torch  # noqa: E402
+
+import cleanflush  # noqa: E402
+from cleanflush import _measure  # noqa: E402
+from cleanflush._stats import central_mean  # noqa: E402
 
 fn, _, _ = _measure.one_row_gemm(4096, 4096)
 _measure.warm_up(fn, 1.5)

@@ -196,10 +196,10 @@ def gemm_kernel_names(fn):
 
 
 def test_a_timer_that_keeps_cache_zero_measures_clean(gemm):
-    """Judged on the GEMM's own kernels inside the graph: the timer's subtraction also charges
-    the call the idle time between a flush kernel and the GEMM, which differs by flush kernel
-    (run 31: ~0.1 us after a plain sum, 1.7 us after the stock fill, 2.3-2.4 us after ours) and
-    had this test fail at its bar in runs 28 and 30 while the GEMM's kernels ran clean."""
+    """Judged on the timer's own number and on the GEMM's kernels inside its graph (a Kineto
+    trace of one replay).  Runs 28-34 had the timer charge the patched flushes ~2 us of idle
+    time between kernels; that was CUPTI left attached by an earlier profiling test (see
+    conftest.py, TEARDOWN_CUPTI), with the GEMM's kernels clean all along (run 31)."""
     # the clean reference in the same timer: a plain sum of a 256 MiB buffer of its own (no
     # cleanflush code), so the GEMM follows as much DRAM traffic as after a clean flush
     buffer = torch.ones(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
@@ -214,7 +214,8 @@ def test_a_timer_that_keeps_cache_zero_measures_clean(gemm):
     print(f"\ntritonbench-style CUDA-graph timer (us): { {k: round(v, 2) for k, v in timer.items()} }, "
           f"plain-read reference {timer_ref:.2f}; the GEMM's kernels in it (us): "
           f"{ {k: round(v, 2) for k, v in kernels.items()} }, plain-read reference {reference:.2f}")
-    assert kernels["write"] >= 1.10 * reference, (kernels, reference)  # the stock penalty
-    for policy in ("write-read", "read"):  # verify's bar: >= 60% of the penalty removed, nothing warm
-        assert (kernels["write"] - kernels[policy]) / (kernels["write"] - reference) >= 0.6, (kernels, reference)
-        assert kernels[policy] >= 0.85 * reference, (kernels, reference)
+    for measured, ref in ((timer, timer_ref), (kernels, reference)):
+        assert measured["write"] >= 1.10 * ref, (measured, ref)  # the stock penalty
+        for policy in ("write-read", "read"):  # verify's bar: >= 60% of the penalty removed, nothing warm
+            assert (measured["write"] - measured[policy]) / (measured["write"] - ref) >= 0.6, (measured, ref)
+            assert measured[policy] >= 0.85 * ref, (measured, ref)
