@@ -99,6 +99,21 @@ if testing is not None and patching.our_patch(testing, "do_bench"):
 
     x = torch.ones(4)
     on_cpu = "device_type" in inspect.signature(testing.do_bench).parameters
+    if on_cpu:
+        from torch._dynamo import device_interface
+
+        try:
+            device_interface.get_interface_for_device("cpu")
+        except NotImplementedError:  # torch < 2.6 has no CPU device interface: a stand-in
+
+            class CpuInterface(device_interface.DeviceInterface):
+                Event = CpuEvent
+
+                @staticmethod
+                def synchronize(device=None):
+                    pass
+
+            device_interface.register_interface_for_device("cpu", CpuInterface)
     real = torch.empty, torch.cuda.synchronize, torch.cuda.Event
     if not on_cpu:
         torch.empty = lambda *a, **k: real[0](*a, **{**k, "device": "cpu"})

@@ -9,6 +9,7 @@ tensor by a torch function mode.
 """
 
 import importlib
+import sys
 import threading
 
 import pytest
@@ -203,3 +204,68 @@ def test_bench_kineto_runs_stock_when_a_kernel_name_would_pick_the_read(kineto_o
 def test_the_read_kernel_name_is_not_picked_by_common_kernel_filters():
     for name in ("reduce", "gemm", "nvjet", "FillFunctor", "fp8", "dispatch", "combine", "attention"):
         assert name not in _flush.READ_KERNEL
+
+
+def test_the_deprecated_size_alone_turns_the_flush_on():
+    timer = vars(utils)["bench_gpu_time_with_cuda_event"].__wrapped__
+    assert patch._flush_asked(timer, (None,), {"l2_flush_size_mb": 1})
+    assert patch._flush_asked(timer, (None,), {"l2_flush_device": "cpu"})
+    assert not patch._flush_asked(timer, (None,), {"l2_flush": False, "l2_flush_size_mb": 1})
+    assert not patch._flush_asked(timer, (None,), {"cold_l2_cache": False})
+    cupti = vars(utils)["bench_gpu_time_with_cupti"].__wrapped__
+    assert patch._flush_asked(cupti, (None,), {})
+    assert not patch._flush_asked(cupti, (None,), {"use_cuda_graph": True})  # it rotates inputs instead
+
+
+def test_a_call_the_signature_rejects_is_the_stock_codes_error(cpu_timer):
+    with pytest.raises(TypeError, match="no_such_argument"):
+        utils.bench_gpu_time_with_cuda_event(lambda: None, no_such_argument=1)
+    assert cleanflush.flush_counts() == {}
+
+
+def test_a_version_without_the_timers_says_so(monkeypatch):
+    import types
+
+    module = types.ModuleType(patch.MODULE)
+    monkeypatch.setitem(sys.modules, patch.MODULE, module)
+    patch.apply()
+    rows = {r.target: r for r in patch.status()}
+    for name in patch.TIMERS:
+        row = rows[f"{patch.MODULE}.{name}"]
+        assert not row.patched and row.detail == f"unsupported: {patch.MODULE} has no function {name}; stock flush kept"
+    kineto = rows[f"{patch.MODULE}.bench_kineto"]
+    assert not kineto.patched and kineto.detail == f"unsupported: {patch.MODULE} has no bench_kineto; stock flush kept"
+
+
+def test_a_match_that_raises_hands_out_nothing():
+    def match(tensor):
+        raise RuntimeError("no")
+
+    with _local_buffer.handing_out(match, "flashinfer") as wait:
+        tensor = torch.empty(8, dtype=torch.int8)
+    assert type(tensor) is torch.Tensor and not wait.caught and torch.empty is STOCK_EMPTY
+
+
+def test_nested_waits_swap_once_and_restore_once():
+    with _local_buffer.handing_out(lambda t: t.dtype == torch.int8, "outer") as outer:
+        with _local_buffer.handing_out(lambda t: t.dtype == torch.int8, "inner") as inner:
+            first = torch.empty(8, dtype=torch.int8)  # the innermost wait takes it
+        assert torch.empty is not STOCK_EMPTY  # the outer one still waits
+        second = torch.empty(8, dtype=torch.int8)
+    assert inner.caught and outer.caught and torch.empty is STOCK_EMPTY
+    assert (first.target, second.target) == ("inner", "outer")
+
+
+def test_a_torch_empty_replaced_during_a_wait_is_left_in_place(monkeypatch):
+    with _local_buffer.handing_out(lambda t: False, "flashinfer"):
+        ours = torch.empty
+
+        def theirs(*args, **kwargs):
+            return ours(*args, **kwargs)
+
+        torch.empty = theirs
+    try:
+        assert torch.empty is theirs  # not put back over someone else's replacement
+        assert type(torch.empty(4)) is torch.Tensor
+    finally:
+        torch.empty = STOCK_EMPTY

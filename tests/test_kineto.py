@@ -147,3 +147,57 @@ def test_a_name_bound_before_a_reinstall_flushes_again(stand_ins):
     cleanflush.install()
     assert ops(bench_kineto, "write-read") == ["neg"] + ["empty", "zero_", "sum", "neg"] * 6
     assert vars(sys.modules["deep_gemm.testing"])["bench_kineto"] is bench_kineto
+
+
+def test_the_read_goes_to_the_current_cuda_device(monkeypatch):
+    from cleanflush.patches import _kineto
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert _kineto.cuda_device() == torch.device("cuda", 3)
+
+
+def test_no_read_buffer_runs_stock_and_says_why(stand_ins, monkeypatch):
+    from cleanflush import _flush
+
+    def unavailable(device):
+        raise _flush.ReadUnavailable("out of memory")
+
+    monkeypatch.setattr(_flush, "prepare", unavailable)
+    bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
+    with pytest.warns(RuntimeWarning, match=r"runs stock: no read buffer \(out of memory\)"):
+        assert ops(bench_kineto, "write-read") == ["neg"] + ["empty", "zero_", "neg"] * 6
+    assert cleanflush.flush_counts() == {}
+
+
+def test_torchs_sum_in_place_of_the_read_kernel_runs_stock_on_cuda(stand_ins, monkeypatch):
+    """Where the named kernel could not be built the read would be a reduce_kernel, which
+    DeepGEMM's tests pick by 'reduce': the stock benchmark runs instead."""
+    from cleanflush import _flush
+
+    buffer = _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None)
+    monkeypatch.setattr(_flush, "prepare", lambda device: buffer)
+    monkeypatch.setattr(sglang.TARGET, "device", lambda: torch.device("cuda", 0))
+    bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
+    with pytest.warns(RuntimeWarning, match="read kernel cleanflush_l2_sweep is unavailable"):
+        assert ops(bench_kineto, "write-read") == ["neg"] + ["empty", "zero_", "neg"] * 6
+
+
+def test_a_call_its_signature_rejects_is_the_stock_codes_error(stand_ins):
+    bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
+    with pytest.raises(TypeError, match="no_such_argument"):
+        bench_kineto(lambda: None, "nvjet", no_such_argument=1)
+
+
+def test_a_module_without_bench_kineto_says_so(monkeypatch):
+    import types
+
+    module = types.ModuleType("sglang.srt.bench_utils")
+    monkeypatch.setitem(sys.modules, "sglang.srt.bench_utils", module)
+    sglang.apply()
+    row = {r.target: r for r in sglang.status()}["sglang.srt.bench_utils.bench_kineto"]
+    assert not row.patched and row.detail == "unsupported: sglang.srt.bench_utils has no bench_kineto; stock flush kept"
+
+
+def test_status_when_not_installed():
+    assert [(r.target, r.detail) for r in deep_gemm.status()] == [
+        ("deep_gemm.testing.bench.bench_kineto", "deep-gemm is not installed")]

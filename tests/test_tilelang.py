@@ -119,3 +119,36 @@ def test_disabled_by_name(monkeypatch):
     assert not isinstance(vars(bench)["_bench_with_cupti"], wrapt.FunctionWrapper)
     rows = {r.target: r.detail for r in cleanflush.status() if r.package == "tilelang"}
     assert rows["tilelang: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
+
+
+def test_a_layout_without_the_helpers_says_so(monkeypatch):
+    import sys
+    import types
+
+    cleanflush.uninstall()
+    cleanflush._state.reset_for_tests()
+    monkeypatch.setitem(sys.modules, "tilelang.profiler.bench", types.ModuleType("tilelang.profiler.bench"))
+    cleanflush.install()
+    rows = [(r.target, r.patched, r.detail) for r in cleanflush.status() if r.package == "tilelang"]
+    assert rows == [("tilelang.profiler", False, "unsupported: none of tilelang.profiler.bench, "
+                     "tilelang.profiler._torch_gpu has a timing helper that takes the cache; stock flush kept")]
+    cleanflush.uninstall()
+
+
+def test_the_newer_layout_is_patched_where_it_calls_them(monkeypatch):
+    """tilelang 1ae8122 moved the helpers to tilelang.profiler._torch_gpu (same names)."""
+    import sys
+    import types
+
+    module = types.ModuleType("tilelang.profiler._torch_gpu")
+    for name in HELPERS:
+        setattr(module, name, getattr(torch_bench, name.lstrip("_")))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    cleanflush.uninstall()
+    cleanflush.install()
+    assert all(vars(module)[name].__wrapped__ is getattr(torch_bench, name.lstrip("_")) for name in HELPERS)
+    row = {r.target: r for r in cleanflush.status()}["tilelang.profiler._torch_gpu._bench_with_*"]
+    assert row.patched and row.detail == ("the cache tensor its _bench_with_cuda_events, _bench_with_cupti, "
+                                          "_bench_with_cudagraph zero is the flush")
+    cleanflush.uninstall()
+    assert all(vars(module)[name] is getattr(torch_bench, name.lstrip("_")) for name in HELPERS)

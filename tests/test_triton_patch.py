@@ -401,3 +401,23 @@ def test_a_do_bench_of_unknown_layout_is_reported_unsupported(triton_31):
     assert triton_31.do_bench is do_bench
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
     assert not row.patched and row.detail.startswith("unsupported:")
+
+
+def test_a_do_bench_that_cannot_be_inspected_is_unsupported(triton_31):
+    cleanflush.uninstall()
+    triton_31.do_bench = 3
+    cleanflush.install()
+    assert triton_31.do_bench == 3
+    row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
+    assert not row.patched and row.detail.startswith("unsupported: neither the driver")
+
+
+def test_before_triton_testing_is_imported_the_row_says_when(triton_31, monkeypatch):
+    import sys
+
+    cleanflush.uninstall()
+    cleanflush._state.reset_for_tests()
+    monkeypatch.delitem(sys.modules, "triton.testing")
+    cleanflush.install()
+    row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
+    assert not row.patched and row.detail == "triton 3.0-3.1 layout: patched when triton.testing is imported"
