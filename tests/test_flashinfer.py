@@ -269,3 +269,15 @@ def test_a_torch_empty_replaced_during_a_wait_is_left_in_place(monkeypatch):
         assert type(torch.empty(4)) is torch.Tensor
     finally:
         torch.empty = STOCK_EMPTY
+
+
+def test_the_autoload_patches_flashinfer_bench_style_imports_in_a_child():
+    """flashinfer-bench runs each solution in a spawned child and imports the CUPTI timer
+    by name from flashinfer.testing: CLEANFLUSH=1 alone must reach it there."""
+    child = run_python("""
+        import torch
+        from flashinfer.testing import bench_gpu_time_with_cupti
+        import sys
+        print(type(bench_gpu_time_with_cupti).__name__, "cleanflush" in sys.modules)
+    """, env={"CLEANFLUSH": "1"})
+    assert child.stdout.split() == ["FunctionWrapper", "True"], child.stderr

@@ -152,3 +152,13 @@ def test_the_newer_layout_is_patched_where_it_calls_them(monkeypatch):
                                           "_bench_with_cudagraph zero is the flush")
     cleanflush.uninstall()
     assert all(vars(module)[name] is getattr(torch_bench, name.lstrip("_")) for name in HELPERS)
+
+
+def test_the_autoload_patches_tilelang_in_a_child():
+    from .conftest import run_python
+
+    child = run_python("""
+        import tilelang.profiler.bench as bench
+        print(type(bench._bench_with_cupti).__name__)
+    """, env={"CLEANFLUSH": "1"})
+    assert child.stdout.split() == ["FunctionWrapper"], child.stderr
