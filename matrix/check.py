@@ -107,12 +107,11 @@ if testing is not None and patching.our_patch(testing, "do_bench"):
         except NotImplementedError:  # torch < 2.6 has no CPU device interface: a stand-in
 
             class CpuInterface(device_interface.DeviceInterface):
-                Event = CpuEvent
-
                 @staticmethod
                 def synchronize(device=None):
                     pass
 
+            CpuInterface.Event = CpuEvent  # set after: its metaclass wants a torch event class
             device_interface.register_interface_for_device("cpu", CpuInterface)
     real = torch.empty, torch.cuda.synchronize, torch.cuda.Event
     if not on_cpu:

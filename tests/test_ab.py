@@ -312,3 +312,85 @@ def test_the_benchmark_gets_the_callers_arguments(recording):
     seen = []
     decisions._benchmark_all_configs(lambda *a, **k: seen.append((a, k)) or {}, object(), (1, 2), {"k": 3})
     assert seen == [((1, 2), {"k": 3})]
+
+
+def test_a_recorded_line_word_for_word(recording):
+    """Every key of a line, as `cleanflush ab` reads it; the op named after the tuned
+    function (``base_fn`` before ``fn``: Triton's Autotuner wraps a heuristics layer)."""
+    import os
+
+    def kernel():
+        pass
+
+    class Tuner:
+        def __init__(self, **attributes):
+            self.cache, self.configs_timings = {}, None
+            vars(self).update(attributes)
+
+    for tuner in (Tuner(base_fn=kernel, fn="a heuristics wrapper"), Tuner(fn=kernel)):
+        def benchmarked(tuner=tuner):
+            tuner.cache[(64,)] = "BLOCK=32"
+            tuner.configs_timings = {"BLOCK=32": [0.5, 0.4, 0.6], "BLOCK=64": 0.9}
+
+        with cleanflush.policy("read"):
+            decisions._autotuner_run(benchmarked, tuner, (), {})
+    lines = [json.loads(line) for line in recording.read_text().splitlines()]
+    assert lines == [{"pid": os.getpid(), "policy": "read", "kind": "triton", "op": f"{__name__}.kernel",
+                      "key": "(64,)", "timings_ms": {"BLOCK=32": 0.5, "BLOCK=64": 0.9}, "winner": "BLOCK=32"}] * 2
+    assert decisions.triton_decision(object(), 1, {}, None)["op"] == "?.?"
+
+
+def test_a_tuner_without_a_cache_or_timings_records_nothing_and_says_nothing(recording, recwarn):
+    class Bare:
+        pass
+
+    assert decisions._autotuner_run(lambda: "result", Bare(), (), {}) == "result"
+    assert not recording.exists() and not [w for w in recwarn if "cleanflush" in str(w.message)]
+
+
+def test_a_triton_decision_that_cannot_be_read_is_said_once(recording):
+    class Tuner:
+        def __init__(self):
+            self.cache, self.configs_timings = {}, None
+
+    tuner = Tuner()
+
+    def benchmarked():
+        tuner.cache[(1,)] = "x"
+        tuner.configs_timings = 42  # not a mapping
+
+    with pytest.warns(RuntimeWarning) as said:
+        assert decisions._autotuner_run(benchmarked, tuner, (), {}) is None
+        tuner.configs_timings = None
+        decisions._autotuner_run(benchmarked, tuner, (), {})  # the same failure: not said again
+    assert [str(w.message) for w in said] == [
+        "cleanflush: could not read a Triton autotuning decision (TypeError(\"'int' object is not iterable\"))"]
+
+
+def test_a_decisions_file_that_cannot_be_written_is_said_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLEANFLUSH_DECISIONS", str(tmp_path))  # a directory
+    with pytest.warns(RuntimeWarning) as said:
+        decisions.write({"kind": "x"})
+        decisions.write({"kind": "y"})
+    assert len(said) == 1 and str(said[0].message).startswith(
+        f"cleanflush: could not record an autotuning decision in {str(tmp_path)!r} (")
+
+
+def test_status_rows_while_recording(recording):
+    pytest.importorskip("triton.runtime.autotuner")
+    select = pytest.importorskip("torch._inductor.select_algorithm")  # noqa: F841
+    rows = {r.target: r for r in decisions.status()}
+    detail = f"autotuning decisions recorded in {recording}"
+    for label in ("Autotuner.run", "Inductor select_algorithm"):
+        assert rows[f"{label} (decisions)"] == cleanflush._state.TargetStatus(
+            f"{label} (decisions)", "cleanflush", None, True, detail)
+    assert all(r.package == "cleanflush" and r.patched for r in decisions.status())
+    cleanflush.uninstall()
+    assert decisions.status() == []  # uninstalled rows are not patched
+
+
+def test_a_choice_without_a_description_is_named_by_its_kind():
+    class Bare:
+        name = "extern_mm_3"
+
+    assert decisions.choice_label(Bare()) == "extern_mm"
