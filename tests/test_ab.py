@@ -344,7 +344,13 @@ def test_a_tuner_without_a_cache_or_timings_records_nothing_and_says_nothing(rec
     class Bare:
         pass
 
+    class CacheOnly:
+        def __init__(self):
+            self.cache = {}
+
+    tuner = CacheOnly()
     assert decisions._autotuner_run(lambda: "result", Bare(), (), {}) == "result"
+    assert decisions._autotuner_run(lambda: tuner.cache.update({(1,): "cfg"}), tuner, (), {}) is None
     assert not recording.exists() and not [w for w in recwarn if "cleanflush" in str(w.message)]
 
 
