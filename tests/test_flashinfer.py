@@ -110,8 +110,11 @@ def test_a_buffer_of_another_shape_runs_stock_and_says_so(cpu_timer, monkeypatch
     assert flush_ops(rec) == ["neg"] + ["zero_", "neg"] * FLUSHES
     assert cleanflush.flush_counts() == {}
     row = {r.target: r for r in cleanflush.status()}[f"{patch.MODULE}.bench_gpu_time_with_cuda_event"]
-    assert not row.patched and row.detail.startswith("unsupported: made no flush buffer")
+    assert (row.patched, row.version) == (False, "0.7.4") and row.detail.startswith("unsupported: made no flush buffer")
     assert torch.empty is STOCK_EMPTY
+    # the other timer's miss is its own, said once more
+    with pytest.warns(RuntimeWarning, match="bench_gpu_time_with_cupti made no flush buffer"):
+        run(utils.bench_gpu_time_with_cupti, "write-read")
 
 
 def test_the_timers_and_their_re_exports_are_restored_exactly():
@@ -244,6 +247,12 @@ def test_a_match_that_raises_hands_out_nothing():
     with _local_buffer.handing_out(match, "flashinfer") as wait:
         tensor = torch.empty(8, dtype=torch.int8)
     assert type(tensor) is torch.Tensor and not wait.caught and torch.empty is STOCK_EMPTY
+
+
+def test_a_wait_of_another_harness_is_not_this_ones():
+    with _local_buffer.handing_out(lambda t: False, "triton"):
+        assert _local_buffer.waiting("triton") and not _local_buffer.waiting("flashinfer")
+    assert not _local_buffer.waiting("triton")
 
 
 def test_nested_waits_swap_once_and_restore_once():
