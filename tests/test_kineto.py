@@ -201,3 +201,64 @@ def test_a_module_without_bench_kineto_says_so(monkeypatch):
 def test_status_when_not_installed():
     assert [(r.target, r.detail) for r in deep_gemm.status()] == [
         ("deep_gemm.testing.bench.bench_kineto", "deep-gemm is not installed")]
+
+
+def test_the_read_after_the_8_gb_write_is_2_l2(stand_ins):
+    """After 8e9 bytes written the read is 2 x L2 (no stock-size top-up): no bytes on a CPU,
+    which has no L2."""
+    bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
+    x = torch.ones(8)
+    with OpRecorder() as rec, SmallCudaWrites():
+        bench_kineto(lambda: torch.neg(x), "nvjet", num_tests=1)
+    reads = [args[0] for name, args, _ in rec.ops if name == "sum"]
+    assert len(reads) == 2 and all(read.numel() == 0 for read in reads)
+
+
+def test_each_reason_to_run_stock_is_said(stand_ins, monkeypatch):
+    bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
+    with pytest.warns(RuntimeWarning) as said, SmallCudaWrites():
+        bench_kineto(lambda: None, "sweep", num_tests=1)
+        monkeypatch.setattr(sglang.TARGET, "device", lambda: torch.device("cuda", 0))
+        from cleanflush import _flush
+
+        monkeypatch.setattr(_flush, "prepare", lambda device: _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None))
+        bench_kineto(lambda: None, "nvjet", num_tests=1)
+    assert [str(w.message) for w in said] == [
+        "cleanflush: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep would "
+        "match kernel name 'sweep'",
+        "cleanflush: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep is "
+        "unavailable, and torch's sum would be picked by kernel-name filters"]
+
+
+def test_too_many_arguments_is_the_stock_codes_error(stand_ins):
+    bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
+    with pytest.raises(TypeError, match="positional arguments but 8 were given"):
+        bench_kineto(lambda: None, "nvjet", 30, False, None, True, False, "one too many")
+
+
+def test_rows_of_an_installed_harness(stand_ins, tmp_path, monkeypatch):
+    from cleanflush.patches import installed_version
+
+    dist = tmp_path / "sglang-0.5.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.1\n")
+    installed_version.cache_clear()
+    try:
+        cleanflush.uninstall()
+        cleanflush.install()
+        target = "sglang.srt.bench_utils.bench_kineto"
+        assert {r.target: r for r in sglang.status()}[target] == cleanflush._state.TargetStatus(
+            target, "sglang", "0.5.1", True,
+            "the read runs between its 8 GB write and each call; checked against SGLang 126a97f's layout")
+        cleanflush.uninstall()
+        assert [r.detail for r in sglang.status()] == ["uninstalled"]
+        cleanflush._state.reset_for_tests()
+        del sys.modules["sglang.srt.bench_utils"]
+        assert [(r.version, r.detail) for r in sglang.status()] == [("0.5.1", "cleanflush is not installed")]
+        import types
+
+        monkeypatch.setitem(sys.modules, "sglang.srt.bench_utils", types.ModuleType("sglang.srt.bench_utils"))
+        sglang.apply()
+        assert [(r.version, r.patched) for r in sglang.status()] == [("0.5.1", False)]
+    finally:
+        installed_version.cache_clear()

@@ -32,13 +32,13 @@ def cuda_device() -> Any:
 def clean_fn(fn: Callable[[], Any], device: Any, target: str) -> Callable[[], Any]:
     """``fn`` with the clean read before it; not on the first call, which every copy makes
     once before profiling, with no flush before it."""
-    calls = 0
+    called = False
 
     def fn_after_clean_read() -> Any:
-        nonlocal calls
-        if calls:
+        nonlocal called
+        if called:
             _flush.after_write(device, FLUSH_BYTES, target)
-        calls += 1
+        called = True
         return fn()
 
     return fn_after_clean_read
