@@ -36,6 +36,9 @@ def fresh_install():
     no counts, no warnings given yet, no status rows but install's, no read buffer; and
     leaves no policy block open behind it."""
     cleanflush.uninstall()
+    # as if the process had started without the variable: a test that set it (to "0", say)
+    # would otherwise become what the next install restores on uninstall
+    os.environ.pop("CLEANFLUSH", None)
     _state.reset_for_tests()
     _flush.release()
     _policy.set_default(cleanflush.DEFAULT_POLICY)
