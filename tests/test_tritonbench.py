@@ -65,8 +65,8 @@ def test_the_profiler_timer_counts_only_the_kernel_under_test(run_module):
     assert module.counted(trace) == [GEMM] * 3
     assert module.counted([SUM, GEMM]) == [SUM, GEMM]  # torch's sum is not ours to drop
     row = {r.target: r for r in cleanflush.status()}[patch.TARGET]
-    assert row.patched and row.detail.endswith("(_is_cache_clear_kernel)" if layout == "substring"
-                                               else "(CACHE_CLEAR_KERNEL)")
+    name = "_is_cache_clear_kernel" if layout == "substring" else "CACHE_CLEAR_KERNEL"
+    assert row.patched and row.detail == f"its profiler timer drops the read kernel as it drops the stock fill ({name})"
 
 
 def test_uninstall_restores_the_exact_objects(run_module):
@@ -97,7 +97,7 @@ def test_a_layout_without_either_name_is_left_stock(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, patch.MODULE, module)
     patch.apply()
     row = {r.target: r for r in cleanflush.status()}[patch.TARGET]
-    assert not row.patched and row.detail.startswith("unsupported: no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel")
+    assert row.patched is False and row.detail.startswith("unsupported: no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel")
 
 
 def test_status_when_tritonbench_is_not_installed():
@@ -150,6 +150,8 @@ def test_a_keyword_call_of_the_kernel_filter_reaches_it(run_module):
         pytest.skip("only the substring layout has the function")
     assert module._is_cache_clear_kernel(name=FILL) and module._is_cache_clear_kernel(name="cleanflush_l2_sweep")
     assert not module._is_cache_clear_kernel(name=GEMM)
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):  # the stock code's error
+        module._is_cache_clear_kernel()
 
 
 def test_a_constant_set_again_after_us_is_left_and_said_once(run_module, recwarn):
@@ -163,5 +165,10 @@ def test_a_constant_set_again_after_us_is_left_and_said_once(run_module, recwarn
     assert said == [f"cleanflush: {patch.MODULE}.CACHE_CLEAR_KERNEL was set again after cleanflush; left as it is"]
     cleanflush.install()
     module.CACHE_CLEAR_KERNEL = "another"
-    cleanflush.uninstall()  # another module object would get its own warning; this one, none again
-    assert len([w for w in recwarn if "CACHE_CLEAR_KERNEL" in str(w.message)]) == 1
+    other = type(sys)(patch.MODULE)  # another module object (a second copy of the file) gets its own
+    other.CACHE_CLEAR_KERNEL = FILL
+    sys.modules[patch.MODULE] = other
+    cleanflush.install()
+    other.CACHE_CLEAR_KERNEL = "and another"
+    cleanflush.uninstall()  # this module: its warning again; the first: none again
+    assert len([w for w in recwarn if "CACHE_CLEAR_KERNEL" in str(w.message)]) == 2
