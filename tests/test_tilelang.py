@@ -109,7 +109,8 @@ def test_a_cache_that_is_not_a_tensor_runs_the_stock_helper():
     wrapper = wrapt.FunctionWrapper(helper, patch._helper)
     wrapper(lambda: None, "not a tensor", 1)
     wrapper(lambda: None, torch.empty(4, dtype=torch.int32), 1)
-    assert calls[0] is str and calls[1].__name__ == "CleanFlushCache"
+    wrapper(lambda: None, "not a tensor", n_repeat=1)  # keywords reach the stock code too
+    assert calls[0] is str and calls[1].__name__ == "CleanFlushCache" and calls[2] is str
 
 
 def test_disabled_by_name(monkeypatch):
@@ -129,8 +130,8 @@ def test_a_layout_without_the_helpers_says_so(monkeypatch):
     cleanflush._state.reset_for_tests()
     monkeypatch.setitem(sys.modules, "tilelang.profiler.bench", types.ModuleType("tilelang.profiler.bench"))
     cleanflush.install()
-    rows = [(r.target, r.patched, r.detail) for r in cleanflush.status() if r.package == "tilelang"]
-    assert rows == [("tilelang.profiler", False, "unsupported: none of tilelang.profiler.bench, "
+    rows = [(r.target, r.patched, r.version, r.detail) for r in cleanflush.status() if r.package == "tilelang"]
+    assert rows == [("tilelang.profiler", False, "0.1.15", "unsupported: none of tilelang.profiler.bench, "
                      "tilelang.profiler._torch_gpu has a timing helper that takes the cache; stock flush kept")]
     cleanflush.uninstall()
 
@@ -145,13 +146,31 @@ def test_the_newer_layout_is_patched_where_it_calls_them(monkeypatch):
         setattr(module, name, getattr(torch_bench, name.lstrip("_")))
     monkeypatch.setitem(sys.modules, module.__name__, module)
     cleanflush.uninstall()
+    cleanflush._state.reset_for_tests()
     cleanflush.install()
     assert all(vars(module)[name].__wrapped__ is getattr(torch_bench, name.lstrip("_")) for name in HELPERS)
-    row = {r.target: r for r in cleanflush.status()}["tilelang.profiler._torch_gpu._bench_with_*"]
-    assert row.patched and row.detail == ("the cache tensor its _bench_with_cuda_events, _bench_with_cupti, "
-                                          "_bench_with_cudagraph zero is the flush")
+    rows = [r for r in cleanflush.status() if r.package == "tilelang"]
+    detail = "the cache tensor its _bench_with_cuda_events, _bench_with_cupti, _bench_with_cudagraph zero is the flush"
+    assert rows == [cleanflush._state.TargetStatus(f"{name}._bench_with_*", "tilelang", "0.1.15", True, detail)
+                    for name in ("tilelang.profiler.bench", "tilelang.profiler._torch_gpu")]
+    cache = torch.empty(1 << 10, dtype=torch.int32)
+    with OpRecorder() as rec:  # called by keyword, as a caller may
+        module._bench_with_cupti(fn=lambda: None, cache=cache, n_repeat=2)
+    assert [name for name in rec.names if name in ("zero_", "sum")] == ["zero_", "sum"] * 4
     cleanflush.uninstall()
     assert all(vars(module)[name] is getattr(torch_bench, name.lstrip("_")) for name in HELPERS)
+
+
+def test_rows_when_nothing_of_tilelang_is_loaded(monkeypatch):
+    import sys
+
+    cleanflush.uninstall()
+    cleanflush._state.reset_for_tests()
+    for name in patch.HOOKS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    patch.apply()  # nothing loaded: nothing recorded
+    assert patch.status() == [cleanflush._state.TargetStatus(
+        "tilelang.profiler", "tilelang", "0.1.15", False, "cleanflush is not installed")]
 
 
 def test_the_autoload_patches_tilelang_in_a_child():
