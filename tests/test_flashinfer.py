@@ -234,8 +234,9 @@ def test_a_version_without_the_timers_says_so(monkeypatch):
     patch.apply()
     rows = {r.target: r for r in patch.status()}
     for name in patch.TIMERS:
-        row = rows[f"{patch.MODULE}.{name}"]
-        assert not row.patched and row.detail == f"unsupported: {patch.MODULE} has no function {name}; stock flush kept"
+        assert rows[f"{patch.MODULE}.{name}"] == cleanflush._state.TargetStatus(
+            f"{patch.MODULE}.{name}", "flashinfer", "0.7.4", False,
+            f"unsupported: {patch.MODULE} has no function {name}; stock flush kept")
     kineto = rows[f"{patch.MODULE}.bench_kineto"]
     assert not kineto.patched and kineto.detail == f"unsupported: {patch.MODULE} has no bench_kineto; stock flush kept"
 
@@ -290,3 +291,28 @@ def test_the_autoload_patches_flashinfer_bench_style_imports_in_a_child():
         print(type(bench_gpu_time_with_cupti).__name__, "cleanflush" in sys.modules)
     """, env={"CLEANFLUSH": "1"})
     assert child.stdout.split() == ["FunctionWrapper", "True"], child.stderr
+
+
+def test_only_a_one_dimensional_int8_tensor_is_its_buffer():
+    assert patch._is_flush_buffer(torch.empty(8, dtype=torch.int8))
+    assert not patch._is_flush_buffer(torch.empty(8, dtype=torch.int32))
+    assert not patch._is_flush_buffer(torch.empty(2, 4, dtype=torch.int8))
+
+
+def test_too_many_arguments_is_the_stock_codes_error(cpu_timer):
+    with pytest.raises(TypeError, match="positional arguments but 15 were given"):
+        utils.bench_gpu_time_with_cuda_event(*[None] * 15)
+
+
+def test_a_reinstall_patches_the_timers_and_their_re_exports_again(cpu_timer):
+    cleanflush.uninstall()
+    cleanflush._state.reset_for_tests()
+    cleanflush.install()
+    x = torch.ones(8)
+    for timer in (utils.bench_gpu_time_with_cuda_event, testing.bench_gpu_time_with_cuda_event):
+        timer(lambda: torch.neg(x), dry_run_iters=2, repeat_iters=3)
+    assert cleanflush.flush_counts() == {("flashinfer", "write-read"): 2 * FLUSHES}
+    detail = "its local flush buffer zeroes through the flush; checked against flashinfer-python 0.7.4"
+    rows = [r for r in cleanflush.status() if r.package == "flashinfer" and r.target.endswith(patch.TIMERS)]
+    assert rows == [cleanflush._state.TargetStatus(f"{patch.MODULE}.{name}", "flashinfer", "0.7.4", True, detail)
+                    for name in patch.TIMERS]
