@@ -316,3 +316,19 @@ def test_a_reinstall_patches_the_timers_and_their_re_exports_again(cpu_timer):
     rows = [r for r in cleanflush.status() if r.package == "flashinfer" and r.target.endswith(patch.TIMERS)]
     assert rows == [cleanflush._state.TargetStatus(f"{patch.MODULE}.{name}", "flashinfer", "0.7.4", True, detail)
                     for name in patch.TIMERS]
+
+
+def test_a_timer_whose_signature_lost_its_flush_argument_runs_stock_and_says_so():
+    """Negative control: a later FlashInfer that renamed ``cold_l2_cache``."""
+    import wrapt as _wrapt
+
+    def bench_gpu_time_with_cuda_event(fn, repeat_iters=None, l2_flush=None, l2_flush_size_mb=None,
+                                       l2_flush_device=None, cold_cache=True):
+        fn()
+        return [1.0]
+
+    timer = _wrapt.FunctionWrapper(bench_gpu_time_with_cuda_event, patch._timer)
+    with pytest.warns(RuntimeWarning, match="its signature has no 'cold_l2_cache' argument; its stock flush ran"):
+        assert timer(lambda: None) == [1.0]
+    row = {r.target: r for r in cleanflush.status()}[f"{patch.MODULE}.bench_gpu_time_with_cuda_event"]
+    assert row.patched is False and row.detail == "unsupported: its signature has no 'cold_l2_cache' argument; its stock flush ran"

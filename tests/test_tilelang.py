@@ -107,10 +107,16 @@ def test_a_cache_that_is_not_a_tensor_runs_the_stock_helper():
         calls.append(type(cache))
 
     wrapper = wrapt.FunctionWrapper(helper, patch._helper)
-    wrapper(lambda: None, "not a tensor", 1)
-    wrapper(lambda: None, torch.empty(4, dtype=torch.int32), 1)
-    wrapper(lambda: None, "not a tensor", n_repeat=1)  # keywords reach the stock code too
+    with pytest.warns(RuntimeWarning) as said:
+        wrapper(lambda: None, "not a tensor", 1)
+        wrapper(lambda: None, torch.empty(4, dtype=torch.int32), 1)
+        wrapper(lambda: None, "not a tensor", n_repeat=1)  # keywords reach the stock code too; said once
     assert calls[0] is str and calls[1].__name__ == "CleanFlushCache" and calls[2] is str
+    assert [str(w.message) for w in said] == [
+        "cleanflush: tilelang: helper got no cache tensor (AttributeError: 'str' object has no attribute "
+        "'as_subclass'); its stock flush ran"]
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'bogus'"):
+        wrapper(lambda: None, torch.empty(4, dtype=torch.int32), 1, bogus=1)  # the stock code's own error
 
 
 def test_disabled_by_name(monkeypatch):

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from .. import _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
+from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
 from . import _local_buffer
 from ._kineto import BenchKineto
 
@@ -41,6 +41,8 @@ def _is_flush_buffer(tensor: Any) -> bool:
 
 
 def _flush_asked(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether this call zeroes a flush buffer; KeyError for a signature without the
+    arguments that say so (a layout we do not know)."""
     call = inspect.signature(wrapped).bind(*args, **kwargs)
     call.apply_defaults()
     given = call.arguments
@@ -50,14 +52,19 @@ def _flush_asked(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
 
 
 def _timer(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    where = f"{MODULE}.{wrapped.__name__}"
     try:
         asked = _flush_asked(wrapped, args, kwargs)
-    except Exception:  # a call or a signature we do not know: the stock code as called
+    except KeyError as exc:  # a signature we do not know: say so, run it stock
+        why = f"its signature has no {exc} argument; its stock flush ran"
+        warn_once(f"flashinfer:{where}", f"{where}: {why}")
+        record(TargetStatus(where, NAME, _version(), False, f"unsupported: {why}"))
+        return wrapped(*args, **kwargs)
+    except (TypeError, ValueError):  # a call the signature rejects: the stock code's own error
         return wrapped(*args, **kwargs)
     if not asked:
         return wrapped(*args, **kwargs)
-    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_flush_buffer, NAME,
-                             f"{MODULE}.{wrapped.__name__}", NAME, _version())
+    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_flush_buffer, NAME, where, NAME, _version())
 
 
 def _version() -> str | None:

@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
+from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
 
 NAME = PACKAGE = "tilelang"
 # The modules whose benchmark calls the helpers as its globals.  Not where 0.1.15 defines
@@ -31,8 +31,13 @@ _patches = _patching.PatchSet()
 def _helper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         call = inspect.signature(wrapped).bind(*args, **kwargs)
+    except (TypeError, ValueError):  # a call the signature rejects: the stock code's own error
+        return wrapped(*args, **kwargs)
+    try:
         call.arguments["cache"] = _flush.flushing_tensor(call.arguments["cache"], NAME)
-    except Exception:  # a call or a cache we do not know: the stock code as called
+    except Exception as exc:  # no cache argument, or not a tensor: say so, run it stock
+        why = f"{wrapped.__name__} got no cache tensor ({type(exc).__name__}: {exc}); its stock flush ran"
+        warn_once(f"tilelang:{wrapped.__name__}", f"tilelang: {why}")
         return wrapped(*args, **kwargs)
     return wrapped(*call.args, **call.kwargs)
 
