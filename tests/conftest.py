@@ -64,3 +64,15 @@ def run_python(code: str, env: dict[str, str | None] | None = None, args: tuple[
         [sys.executable, *args, "-c", textwrap.dedent(code)],
         env=child_env, capture_output=True, text=True, timeout=300,
     )
+
+
+def write_stand_ins(root, files: dict[str, str]) -> None:
+    """Write each harness stand-in file (path -> source) under ``root``, with an
+    ``__init__.py`` in every package folder on its way that has none yet."""
+    for path, body in files.items():
+        file = root / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        for parent in file.relative_to(root).parents:
+            if str(parent) != ".":
+                (root / parent / "__init__.py").touch()  # touch keeps a file's text
+        file.write_text(textwrap.dedent(body))

@@ -11,7 +11,6 @@ deepseek-ai/DeepEP 855fa9d (deep_ep/utils/testing.py).  Devices are the CPU here
 import importlib
 import importlib.metadata
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -20,7 +19,7 @@ import wrapt
 import cleanflush
 from cleanflush import _flush
 
-from .conftest import run_python
+from .conftest import run_python, write_stand_ins
 from .ops import OpRecorder, overlaps
 
 STAND_INS = {
@@ -78,13 +77,7 @@ SETUP_OPS = {"sol-execbench": ["empty"]}  # its cache, allocated once before the
 
 @pytest.fixture
 def stand_ins(tmp_path, monkeypatch):
-    for path, body in STAND_INS.items():
-        file = tmp_path / path
-        file.parent.mkdir(parents=True, exist_ok=True)
-        for parent in file.relative_to(tmp_path).parents:
-            if str(parent) != ".":
-                (tmp_path / parent / "__init__.py").touch()
-        file.write_text(textwrap.dedent(body))
+    write_stand_ins(tmp_path, STAND_INS)
     monkeypatch.syspath_prepend(str(tmp_path))
     for module in MODULES.values():
         importlib.import_module(module)

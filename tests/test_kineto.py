@@ -10,7 +10,6 @@ the table parsing, which the read kernel's name keeps out of, are left out).
 
 import importlib
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ import wrapt
 import cleanflush
 from cleanflush.patches import deep_gemm, sglang
 
-from .conftest import run_python
+from .conftest import run_python, write_stand_ins
 from .ops import OpRecorder, SmallCudaWrites
 
 BENCH_KINETO = '''
@@ -47,14 +46,7 @@ TARGETS = {"deep-gemm": (deep_gemm, "deep_gemm.testing.bench"), "sglang": (sglan
 
 @pytest.fixture
 def stand_ins(tmp_path, monkeypatch):
-    for path, body in STAND_INS.items():
-        file = tmp_path / path
-        file.parent.mkdir(parents=True, exist_ok=True)
-        for parent in file.relative_to(tmp_path).parents:
-            init = tmp_path / parent / "__init__.py"
-            if str(parent) != "." and not init.exists():
-                init.touch()
-        file.write_text(textwrap.dedent(body))
+    write_stand_ins(tmp_path, STAND_INS)
     monkeypatch.syspath_prepend(str(tmp_path))
     for patch in (deep_gemm, sglang):
         monkeypatch.setattr(patch.TARGET, "device", lambda: torch.device("cpu"))
@@ -132,7 +124,7 @@ def test_a_signature_without_flush_l2_runs_stock_and_says_so(stand_ins):
         fn()
         return 1
 
-    wrapper = wrapt.FunctionWrapper(bench_kineto, sglang.TARGET.wrapper)
+    wrapper = wrapt.FunctionWrapper(bench_kineto, sglang.TARGET._wrapper)
     with pytest.warns(RuntimeWarning, match="runs stock: its signature has no fn or flush_l2"):
         assert wrapper(lambda: None, "nvjet") == 1
 

@@ -20,17 +20,26 @@ Where = Callable[[tuple[Any, ...], dict[str, Any]], "tuple[Any, int] | None"]
 
 
 class ModuleFunction:
-    def __init__(self, name: str, package: str, module: str, attr: str, where: Where, checked: str) -> None:
+    # what its status row says when patched, before the commit it was checked against
+    PATCHED = "the flush its benchmarks call"
+
+    def __init__(self, name: str, package: str, module: str, attr: str, where: Where | None, checked: str,
+                 reexported_by: str | None = None) -> None:
         self.NAME = name  # as CLEANFLUSH_DISABLE names it
         self.PACKAGE = package  # the distribution, for its version
-        self.HOOKS = (module,)
+        # a module that star-imports the function (patched too: callers import it from there)
+        self.HOOKS = (module,) + ((reexported_by,) if reexported_by else ())
         self.module, self.attr, self.where, self.checked = module, attr, where, checked
+        self.reexported_by = reexported_by
         self.target = f"{module}.{attr}"
         self._patches = _patching.PatchSet()
 
+    def missing(self) -> str:
+        return f"{self.module} has no function {self.attr}"
+
     def _wrapper(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
-            where = self.where(args, kwargs)
+            where = self.where(args, kwargs) if self.where is not None else None
         except Exception:
             where = None
         if where is None:  # a call shape we do not know, or a flush switched off: stock
@@ -48,12 +57,14 @@ class ModuleFunction:
         if module is None:
             return
         if callable(vars(module).get(self.attr)):
-            self._patches.wrap(module, self.attr, self._wrapper)
-            record(TargetStatus(self.target, self.NAME, self.version(), True,
-                                f"the flush its benchmarks call; {self.checked}"))
+            patch = self._patches.wrap(module, self.attr, self._wrapper)
+            reexports = sys.modules.get(self.reexported_by or "")
+            if reexports is not None:
+                self._patches.wrap_alias(reexports, self.attr, patch, self._wrapper)
+            record(TargetStatus(self.target, self.NAME, self.version(), True, f"{self.PATCHED}; {self.checked}"))
         else:
             record(TargetStatus(self.target, self.NAME, self.version(), False,
-                                f"unsupported: {self.module} has no function {self.attr}; stock flush kept"))
+                                f"unsupported: {self.missing()}; stock flush kept"))
 
     def revert(self) -> None:
         self._patches.revert()

@@ -13,11 +13,11 @@ ask for by ``'reduce'``), the stock benchmark runs, said once.
 from __future__ import annotations
 
 import inspect
-import sys
 from typing import Any, Callable
 
-from .. import _flush, _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
+from .. import _flush
+from .._state import warn_once
+from ._function import ModuleFunction
 
 FLUSH_BYTES = int(8e9 // 4) * 4  # its int32 buffer of 8e9 bytes, on the current CUDA device
 
@@ -44,23 +44,24 @@ def clean_fn(fn: Callable[[], Any], device: Any, target: str) -> Callable[[], An
     return fn_after_clean_read
 
 
-class BenchKineto:
+class BenchKineto(ModuleFunction):
     """One module's ``bench_kineto``, with the interface of a patch module."""
+
+    PATCHED = "the read runs between its 8 GB write and each call"
 
     def __init__(self, name: str, package: str, module: str, checked: str, reexported_by: str | None = None,
                  device: Callable[[], Any] = cuda_device) -> None:
-        self.NAME = name  # as CLEANFLUSH_DISABLE names it
-        self.PACKAGE = package
-        self.HOOKS = (module,) + ((reexported_by,) if reexported_by else ())
-        self.module, self.reexported_by, self.checked, self.device = module, reexported_by, checked, device
-        self.target = f"{module}.bench_kineto"
-        self._patches = _patching.PatchSet()
+        super().__init__(name, package, module, "bench_kineto", None, checked, reexported_by)
+        self.device = device
+
+    def missing(self) -> str:
+        return f"{self.module} has no bench_kineto"
 
     def _stock(self, why: str, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         warn_once(f"kineto:{self.target}:{why}", f"{self.target} runs stock: {why}")
         return wrapped(*args, **kwargs)
 
-    def wrapper(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _wrapper(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         from .._policy import current_policy
 
         try:
@@ -89,31 +90,3 @@ class BenchKineto:
                                "would be picked by kernel-name filters", wrapped, args, kwargs)
         given["fn"] = clean_fn(given["fn"], device, self.NAME)
         return wrapped(*call.args, **call.kwargs)
-
-    def version(self) -> str | None:
-        from . import installed_version
-
-        return installed_version(self.PACKAGE)
-
-    def apply(self) -> None:
-        module = sys.modules.get(self.module)
-        if module is None:
-            return
-        if callable(vars(module).get("bench_kineto")):
-            patch = self._patches.wrap(module, "bench_kineto", self.wrapper)
-            reexports = sys.modules.get(self.reexported_by or "")
-            if reexports is not None:
-                self._patches.wrap_alias(reexports, "bench_kineto", patch, self.wrapper)
-            record(TargetStatus(self.target, self.NAME, self.version(), True,
-                                f"the read runs between its 8 GB write and each call; {self.checked}"))
-        else:
-            record(TargetStatus(self.target, self.NAME, self.version(), False,
-                                f"unsupported: {self.module} has no bench_kineto; stock flush kept"))
-
-    def revert(self) -> None:
-        self._patches.revert()
-        mark_uninstalled(self.NAME)
-
-    def status(self) -> list[TargetStatus]:
-        rows = [row for row in STATE.targets.values() if row.package in (self.NAME, self.PACKAGE)]
-        return rows or [not_loaded_row(self.target, self.NAME, self.version())]
