@@ -74,11 +74,11 @@ def unwrap(patch: Patch) -> None:
     else:
         # a module owner has no __qualname__ (a harness function patched in its module)
         owner = getattr(patch.owner, "__qualname__", None) or getattr(patch.owner, "__name__", repr(patch.owner))
-        warn_once(
-            f"unwrap:{id(patch)}",
-            f"{owner}.{patch.name} was wrapped again after cleanflush (or replaced); "
-            "cleanflush's wrapper is disabled and left where it is",
-        )
+        if isinstance(patch.wrapper, wrapt.FunctionWrapper):
+            said = "was wrapped again after cleanflush (or replaced); cleanflush's wrapper is disabled and left where it is"
+        else:
+            said = "was set again after cleanflush; left as it is"
+        warn_once(f"unwrap:{id(patch.owner)}.{patch.name}", f"{owner}.{patch.name} {said}")
     patch.active = False
 
 
@@ -108,6 +108,12 @@ class PatchSet:
         elif current is patch.wrapper and not any(p.owner is owner and p.name == name for p in self._patches):
             alias = _made[(id(owner), name)] = Patch(owner, name, patch.original, patch.wrapper)
             self._patches.append(alias)
+
+    def replace(self, owner: Any, name: str, value: Any) -> None:
+        """Set ``owner.name`` to ``value`` (a constant, not a wrapper); revert puts the
+        original back, or leaves whatever was set after us."""
+        self._patches.append(Patch(owner, name, vars(owner)[name], value))
+        setattr(owner, name, value)
 
     def revert(self) -> None:
         while self._patches:

@@ -50,8 +50,8 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> Sweep:
     ``buffer`` (a sync and a host read: this runs when the read buffer is made, never in a
     timed loop or a capture); raises when no launch gives the right sum (the caller keeps
     torch's sum)."""
-    if buffer.device.index is not None and buffer.device.index != torch.cuda.current_device():
-        with torch.cuda.device(buffer.device.index):  # Triton compiles and launches for the current one
+    if _elsewhere(buffer.device.index):
+        with torch.cuda.device(buffer.device.index):
             return build(buffer, sink, programs)
     grid = (programs, 1, 1)  # fixed: programs past the end add 0, and one launcher serves all
     compiled = cleanflush_l2_sweep[grid](buffer, sink, buffer.numel(), BLOCK=BLOCK, num_warps=WARPS)
@@ -88,16 +88,21 @@ def _sums_right(launch: Sweep, buffer: torch.Tensor, sink: torch.Tensor) -> bool
         probe.zero_()
 
 
+def _elsewhere(index: int | None) -> bool:
+    """Whether a buffer on GPU ``index`` is not on the current one: Triton compiles and
+    launches for the current device (torch's sum follows its tensor)."""
+    return index is not None and index != torch.cuda.current_device()
+
+
 def _on_device_of(buffer: torch.Tensor, launch: Sweep) -> Sweep:
-    """Triton launches on the current device (torch's sum follows its tensor): switch only
-    when a benchmark flushes a buffer of another GPU than the current one."""
+    """Switch device only when a benchmark flushes a buffer of another GPU than the current one."""
     index = buffer.device.index
 
     def sweep(data: torch.Tensor, out: torch.Tensor) -> None:
-        if index is None or torch.cuda.current_device() == index:
-            launch(data, out)
-        else:
+        if _elsewhere(index):
             with torch.cuda.device(index):
                 launch(data, out)
+        else:
+            launch(data, out)
 
     return sweep

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import _patching
 from .._flush import READ_KERNEL
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
+from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
 
 NAME = PACKAGE = "tritonbench"
 MODULE = "tritonbench.components.do_bench.run"
@@ -28,7 +28,6 @@ HOOKS = (MODULE,)
 TARGET = f"{MODULE} profiler timer"
 
 _patches = _patching.PatchSet()
-_constant: list[tuple[Any, str]] = []  # (module, the stock CACHE_CLEAR_KERNEL) while ours is set
 
 
 class AlsoTheRead(str):
@@ -67,8 +66,7 @@ def apply() -> None:
         detail = "its profiler timer drops the read kernel as it drops the stock fill (_is_cache_clear_kernel)"
     elif isinstance(vars(module).get("CACHE_CLEAR_KERNEL"), str):
         if not isinstance(module.CACHE_CLEAR_KERNEL, AlsoTheRead):
-            _constant.append((module, module.CACHE_CLEAR_KERNEL))
-            module.CACHE_CLEAR_KERNEL = AlsoTheRead(module.CACHE_CLEAR_KERNEL)
+            _patches.replace(module, "CACHE_CLEAR_KERNEL", AlsoTheRead(module.CACHE_CLEAR_KERNEL))
         detail = "its profiler timer drops the read kernel as it drops the stock fill (CACHE_CLEAR_KERNEL)"
     else:
         record(TargetStatus(TARGET, PACKAGE, _version(), False, "unsupported: no CACHE_CLEAR_KERNEL or "
@@ -79,13 +77,6 @@ def apply() -> None:
 
 def revert() -> None:
     _patches.revert()
-    while _constant:
-        module, stock = _constant.pop()
-        if isinstance(vars(module).get("CACHE_CLEAR_KERNEL"), AlsoTheRead):
-            module.CACHE_CLEAR_KERNEL = stock
-        else:
-            warn_once(f"tritonbench:{id(module)}", f"{MODULE}.CACHE_CLEAR_KERNEL was set again after cleanflush; "
-                      "left as it is")
     mark_uninstalled(PACKAGE)
 
 
