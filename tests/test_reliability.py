@@ -111,6 +111,41 @@ def test_clear_cache_without_argument_behaves_as_stock():
     assert str(ours.value) == str(theirs.value)
 
 
+def test_clear_cache_called_another_way_gets_the_callers_arguments_and_counts_the_write(recwarn):
+    """A future ``clear_cache(cache, stream)``: the stock method, with exactly what the caller
+    passed, counted as the stock write, said once."""
+    from cleanflush.patches import triton as triton_patch
+
+    calls = []
+
+    def stock(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "stock result"
+
+    cache = torch.zeros(8, dtype=torch.int32)
+    for _ in range(2):
+        assert triton_patch._clear_cache(stock, None, (cache, 7), {"flag": True}) == "stock result"
+    assert [(len(a), a[0] is cache, a[1:], k) for a, k in calls] == [(2, True, (7,), {"flag": True})] * 2
+    said = [str(w.message) for w in recwarn if "clear_cache called" in str(w.message)]
+    assert said == ["cleanflush: clear_cache called as (args=2, kwargs=['flag']), not clear_cache(cache); "
+                    "its stock flush is kept"]
+    assert cleanflush.flush_counts() == {("triton", "write"): 2}
+
+
+def test_get_empty_cache_passes_the_callers_arguments_on():
+    """Wrapped, not replaced: a future ``get_empty_cache_for_benchmark(size)`` gets its argument."""
+    from cleanflush.patches import triton as triton_patch
+
+    calls = []
+
+    def stock(*args, **kwargs):
+        calls.append((args, kwargs))
+        return torch.zeros(8, dtype=torch.int32)
+
+    triton_patch._get_empty_cache(stock, None, (3,), {"device": "cpu"})
+    assert calls == [((3,), {"device": "cpu"})]
+
+
 def test_clear_cache_of_a_non_tensor_runs_the_stock_write():
     class Buffer:
         zeroed = 0

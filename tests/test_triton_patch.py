@@ -391,6 +391,48 @@ def test_triton_31_buffer_of_another_size_runs_stock_and_says_so(triton_31, monk
     assert torch.empty is STOCK_EMPTY
 
 
+def test_the_buffer_match_takes_only_the_two_allocations_of_do_bench():
+    """``torch.empty`` does not touch memory: these cost nothing on a CPU.  Each miss differs
+    from one of triton 3.1.0's two allocations in one property only."""
+    fast = torch.empty(int(256e6 // 4), dtype=torch.int)  # fast_flush=True
+    slow = torch.empty(int(256e6), dtype=torch.int8)  # fast_flush=False
+    assert triton_patch._is_do_bench_buffer(fast) and triton_patch._is_do_bench_buffer(slow)
+    misses = [torch.empty(2, int(256e6 // 8), dtype=torch.int),  # same numel, two dimensions
+              torch.empty(int(256e6 // 4), dtype=torch.int8), torch.empty(int(256e6), dtype=torch.int),
+              torch.empty(int(256e6 // 4) + 1, dtype=torch.int), torch.empty(1024, dtype=torch.int8)]
+    assert [triton_patch._is_do_bench_buffer(t) for t in misses] == [False] * len(misses)
+
+
+def test_triton_31_row_names_the_installed_version_when_its_buffer_is_missed(triton_31, monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setattr(triton_patch, "_is_do_bench_buffer", lambda tensor: False)
+    with pytest.warns(RuntimeWarning):
+        bench_31(triton_31, "write-read")
+    row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
+    assert (row.patched, row.version) == (False, importlib.metadata.version("triton"))
+
+
+def test_triton_31_do_bench_does_not_count_as_a_patched_driver(triton_31):
+    """Proton's helpers flush through the driver, which triton 3.0-3.1 do not patch."""
+    assert triton_patch.do_bench_patched() and not triton_patch.driver_patched()
+
+
+def test_a_triton_without_driver_backends_is_reported_as_before_3_0(monkeypatch):
+    import importlib.metadata
+    import sys
+
+    cleanflush.uninstall()
+    cleanflush._state.reset_for_tests()
+    assert [r.target for r in triton_patch.status()] == ["triton"]  # with its backends: not the pre-3.0 row
+    monkeypatch.delitem(sys.modules, "triton.backends")
+    assert triton_patch.status() == [cleanflush._state.TargetStatus(
+        "triton.testing.do_bench", "triton", importlib.metadata.version("triton"), False,
+        "unsupported: this triton has no driver backends (before 3.0); stock flush kept")]
+    monkeypatch.delitem(sys.modules, "triton")
+    assert triton_patch.status()[0].target == "triton"  # triton not imported: not that row either
+
+
 def test_a_do_bench_of_unknown_layout_is_reported_unsupported(triton_31):
     def do_bench(fn, warmup=25, rep=100):  # no fast_flush: not the 3.0-3.1 function
         return fn()
