@@ -4,6 +4,8 @@ import inspect
 import os
 import subprocess
 import sys
+import types
+import warnings
 
 import pytest
 import torch
@@ -260,3 +262,146 @@ def test_autotune_subprocess_environment_carries_the_policy():
         env = make_env()
     child = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
     assert child.stdout.split() == ["FunctionWrapper", "read"], child.stderr
+
+
+# Every layout the patch tells apart, as a stand-in module holding only the names it looks at
+# (read off torch 2.6, 2.9, 2.12 and 2.13; matrix/ runs the real ones).  Each row word for word.
+
+READ_NOTE = "policy read runs as write-read here: the stock write is inline"
+
+
+def stand_in(**names):
+    module = types.ModuleType("stand-in")
+    vars(module).update(names)
+    return module
+
+
+def bench_class():
+    class Bench:
+        def benchmark_gpu(self):
+            return "stock"
+
+        def get_event_pairs(self, iters):
+            return []
+
+    return Bench
+
+
+def rows_recorded(apply, module):
+    """The torch rows that applying the patch to ``module`` records, and what it warned."""
+    cleanflush._state.reset_for_tests()  # only the rows of this application
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        apply(module)
+    rows = {r.target: (r.patched, r.detail) for r in cleanflush._state.STATE.targets.values() if r.package == "torch"}
+    return rows, [str(w.message) for w in said]
+
+
+def test_torch_before_2_7_has_no_inductor_benchmarker_and_is_not_news():
+    rows, said = rows_recorded(inductor_patch._apply_benchmarking, stand_in(TritonBenchmarker=bench_class()))
+    assert rows == {"InductorBenchmarker.benchmark_gpu": (
+        False, "not in this torch (added in 2.7); TritonBenchmarker is the default")}
+    assert said == []
+
+
+def test_torch_2_7_to_2_12_patches_the_inductor_benchmarker_only():
+    module = stand_in(InductorBenchmarker=bench_class())
+    rows, said = rows_recorded(inductor_patch._apply_benchmarking, module)
+    assert rows == {"InductorBenchmarker.benchmark_gpu": (
+        True, f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}")}
+    assert said == []
+    for name in ("benchmark_gpu", "get_event_pairs"):
+        assert isinstance(vars(module.InductorBenchmarker)[name], wrapt.FunctionWrapper)
+
+
+@pytest.mark.parametrize("layout", ["no region name", "benchmark_gpu inherited", "no InductorBenchmarker"])
+def test_a_profiler_benchmarker_of_another_layout_is_left_stock_and_said(layout):
+    profiler = bench_class()
+    names = {"TorchProfilerBenchmarker": profiler, "_CALLABLE_PROFILE_EVENT_NAME": "_CALLABLE",
+             "InductorBenchmarker": bench_class()}
+    if layout == "no region name":
+        del names["_CALLABLE_PROFILE_EVENT_NAME"]
+    elif layout == "benchmark_gpu inherited":
+        names["TorchProfilerBenchmarker"] = profiler = type("Sub", (bench_class(),), {})
+    else:
+        del names["InductorBenchmarker"]
+    rows, said = rows_recorded(inductor_patch._apply_benchmarking, stand_in(**names))
+    target = "TorchProfilerBenchmarker.benchmark_gpu"
+    assert rows[target] == (False, "unsupported: unknown TorchProfilerBenchmarker layout; stock flush kept")
+    assert said == [f"cleanflush: {target}: unknown TorchProfilerBenchmarker layout; its stock flush is kept"]
+    assert not isinstance(vars(profiler).get("benchmark_gpu"), wrapt.FunctionWrapper)
+
+
+@pytest.mark.parametrize("layout, row", [
+    ({"do_bench_using_profiling": len}, "unsupported: torch < 2.10 inlines the flush in do_bench_using_profiling, "
+                                        "which call sites import by name; stock flush kept"),
+    ({"_do_bench_using_profiling": len}, "unsupported: this torch's _do_bench_using_profiling has no named profiler "
+                                         "region to put the read in front of (torch 2.13 has one); stock flush kept"),
+    ({"_do_bench_using_profiling": len, "do_bench_using_profiling": len},
+     "unsupported: this torch's _do_bench_using_profiling has no named profiler region to put the read in front "
+     "of (torch 2.13 has one); stock flush kept"),
+    ({"_do_bench_using_profiling": len, "_DO_BENCH_PROFILE_EVENT_NAME": "_DO_BENCH"},
+     f"read after the inline zero_(), outside the profiled region; {READ_NOTE}"),
+    ({}, None),
+])
+def test_each_utils_layout_gets_its_row_and_no_warning(layout, row):
+    module = stand_in(**layout)
+    rows, said = rows_recorded(inductor_patch._apply_utils, module)
+    target = "torch._inductor.utils._do_bench_using_profiling"
+    assert rows == ({} if row is None else {target: (row.startswith("read"), row)})
+    assert said == []  # a known older torch is not news at every import
+    wrapped = isinstance(vars(module).get("_do_bench_using_profiling"), wrapt.FunctionWrapper)
+    assert wrapped == (row is not None and row.startswith("read"))
+
+
+def test_the_rows_of_this_torch_word_for_word():
+    rows = {r.target: (r.patched, r.detail) for r in cleanflush.status() if r.package == "torch"}
+    expected = {
+        "TritonBenchmarker.benchmark_gpu": (True, "flushes through triton.testing.do_bench: patched there"),
+        "InductorBenchmarker.benchmark_gpu": (
+            True, f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}"),
+    }
+    if HAS_PROFILER_BENCH:
+        expected["TorchProfilerBenchmarker.benchmark_gpu"] = (
+            True, f"read after the inline zero_(), outside the profiled '_CALLABLE' region; {READ_NOTE}")
+    if HAS_UTILS_REGION:
+        expected["torch._inductor.utils._do_bench_using_profiling"] = (
+            True, f"read after the inline zero_(), outside the profiled region; {READ_NOTE}")
+    assert {t: rows[t] for t in expected} == expected
+    assert {r.version for r in cleanflush.status() if r.package == "torch"} == {torch.__version__}
+
+
+def read_sizes(rec):
+    return {args[0].nbytes for name, args, _ in rec.ops if name == "sum"}
+
+
+@needs_profiled
+@pytest.mark.parametrize("hip", [None, "6.2"])
+def test_each_profiled_benchmarker_reads_what_its_write_left(monkeypatch, hip):
+    """What the read covers follows each stock write: one L2 for the profiler benchmarker
+    (256 MiB on ROCm), 256e6 bytes for utils; on a CPU (no L2) the rest of Triton's 256 MiB."""
+    monkeypatch.setattr(torch.version, "hip", hip)
+    cleanflush.uninstall()
+    cleanflush.install()  # the profiler benchmarker's write size is read when it is patched
+    ProfiledOnCpu(monkeypatch)
+    _flush.prepare(torch.device("cpu"))
+    with OpRecorder() as rec:
+        benchmarking.TorchProfilerBenchmarker().benchmark_gpu(
+            x_plus_one, device_type="cpu", rep=2, estimation_iters=1, memory_warmup_iters=0)
+    assert read_sizes(rec) == {0 if hip else 256 << 20}
+    with OpRecorder() as rec:
+        inductor_utils._do_bench_using_profiling(x_plus_one, warmup=1, rep=1, is_vetted_benchmarking=True)
+    assert read_sizes(rec) == {(256 << 20) - 256 * 10**6}
+
+
+@needs_profiled
+def test_without_a_device_type_the_read_goes_to_upstreams_default_device(monkeypatch):
+    """Upstream picks the device type when the caller names none; so must the read in front
+    of the profiled region (the event-pair path gets upstream's choice as an argument)."""
+    ProfiledOnCpu(monkeypatch)
+    monkeypatch.setattr(benchmarking, "_get_default_gpu_device_type", lambda: "cpu")
+    _flush.prepare(torch.device("cpu"))
+    with OpRecorder() as rec:
+        benchmarking.TorchProfilerBenchmarker().benchmark_gpu(x_plus_one, rep=2, estimation_iters=1,
+                                                              memory_warmup_iters=0)
+    assert rec.names.count("sum") == 1 + 2 and read_sizes(rec) == {256 << 20}
