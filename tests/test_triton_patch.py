@@ -463,3 +463,26 @@ def test_before_triton_testing_is_imported_the_row_says_when(triton_31, monkeypa
     cleanflush.install()
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
     assert not row.patched and row.detail == "triton 3.0-3.1 layout: patched when triton.testing is imported"
+
+
+@pytest.mark.parametrize("names", [("do_bench_proton",), ("do_bench_proton", "do_bench_cudagraph_proton"),
+                                   ("do_bench_cudagraph_proton",)])
+def test_protons_helpers_have_a_row_of_their_own(monkeypatch, names):
+    """triton 3.8's Proton helpers flush through the driver (the installed triton has none:
+    they are set on its triton.testing here)."""
+    import importlib.metadata
+
+    import triton.testing
+
+    for name in names:
+        monkeypatch.setattr(triton.testing, name, lambda *a, **k: None, raising=False)
+    row = [r for r in cleanflush.status() if r.target.startswith("triton.testing.")]
+    assert row == [cleanflush._state.TargetStatus(
+        "triton.testing." + " / ".join(names), "triton", importlib.metadata.version("triton"), True,
+        "flushes through the driver's clear_cache")]
+
+
+def test_protons_row_says_when_the_driver_is_not_patched(triton_31, monkeypatch):
+    monkeypatch.setattr(triton_31, "do_bench_proton", lambda *a, **k: None, raising=False)
+    rows = {r.target: (r.patched, r.detail) for r in cleanflush.status()}
+    assert rows["triton.testing.do_bench_proton"] == (False, "driver not patched")
