@@ -427,3 +427,26 @@ def test_each_target_says_its_own_failed_read(monkeypatch):
     assert [str(w.message) for w in caught] == [
         f"cleanflush: the clean read could not run in {t} on cpu (no memory); these flushes fall back to the "
         "stock write" for t in ("one", "two")]
+
+
+def test_a_flushing_tensor_flushes_under_its_own_target_and_is_the_same_storage():
+    """One class per target (made once), ``zero_`` returns the tensor as torch's does, and the
+    plain tensor behind it is the same storage; anything else passes through ``plain_tensor``."""
+    stock = [torch.full((8,), 5, dtype=torch.int32) for _ in range(3)]
+    a, b = _flush.flushing_tensor(stock[0], "harness a"), _flush.flushing_tensor(stock[1], "harness b")
+    again = _flush.flushing_tensor(stock[2], "harness a")
+    assert type(a) is type(again) and type(a) is not type(b) and type(a).__module__ == "cleanflush._flush"
+    _flush.prepare(torch.device("cpu"))
+    with OpRecorder() as rec:
+        assert a.zero_() is a
+        b.zero_()
+        again.zero_()
+    assert rec.names == ["zero_", "sum"] * 3 and all(int(t.sum()) == 0 for t in stock)
+    assert cleanflush.flush_counts() == {("harness a", "write-read"): 2, ("harness b", "write-read"): 1}
+    plain = _flush.plain_tensor(a)
+    assert type(plain) is torch.Tensor and plain.data_ptr() == stock[0].data_ptr()
+    other = torch.zeros(2)
+    assert _flush.plain_tensor(other) is other and _flush.plain_tensor("not a tensor") == "not a tensor"
+    moved = _flush.flushing_tensor(a, "harness b")  # handed on to another target: counted there
+    moved.zero_()
+    assert type(moved) is type(b) and cleanflush.flush_counts()[("harness b", "write-read")] == 2
