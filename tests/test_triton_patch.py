@@ -1,5 +1,7 @@
 """The Triton patch, against the installed triton's real driver classes on CPU tensors."""
 
+import importlib.metadata
+import sys
 import warnings
 
 import pytest
@@ -15,6 +17,7 @@ from cleanflush.patches import triton as triton_patch  # noqa: E402
 from .ops import OpRecorder, overlaps  # noqa: E402
 
 STOCK_EMPTY = torch.empty
+VERSION = importlib.metadata.version("triton")  # what each row must name
 
 
 def registry_drivers():
@@ -334,8 +337,8 @@ def triton_31(monkeypatch):
     testing.do_bench = do_bench_31
     monkeypatch.setattr(triton.backends, "backends", {"nvidia": types.SimpleNamespace(driver=Triton31Driver)})
     for module in ("triton.backends.nvidia.driver", "triton.backends.amd.driver"):
-        monkeypatch.setitem(__import__("sys").modules, module, types.ModuleType(module))
-    monkeypatch.setitem(__import__("sys").modules, "triton.testing", testing)
+        monkeypatch.setitem(sys.modules, module, types.ModuleType(module))
+    monkeypatch.setitem(sys.modules, "triton.testing", testing)
     cleanflush.install()
     yield testing
     cleanflush.uninstall()
@@ -368,8 +371,9 @@ def test_triton_31_do_bench_flushes_its_local_buffer(triton_31, fast_flush):
 
 def test_triton_31_status_and_exact_restore(triton_31):
     rows = [r for r in cleanflush.status() if r.package == "triton"]
-    assert [(r.target, r.patched) for r in rows] == [("triton.testing.do_bench", True)]
-    assert rows[0].detail.startswith("triton 3.0-3.1 layout")
+    assert [(r.target, r.patched, r.version, r.detail) for r in rows] == [(
+        "triton.testing.do_bench", True, VERSION,
+        "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush")]
     import torch._inductor.runtime.benchmarking  # noqa: F401  (TritonBenchmarker calls do_bench)
 
     inductor_row = {r.target: r for r in cleanflush.status()}["TritonBenchmarker.benchmark_gpu"]
@@ -404,7 +408,6 @@ def test_the_buffer_match_takes_only_the_two_allocations_of_do_bench():
 
 
 def test_triton_31_row_names_the_installed_version_when_its_buffer_is_missed(triton_31, monkeypatch):
-    import importlib.metadata
 
     monkeypatch.setattr(triton_patch, "_is_do_bench_buffer", lambda tensor: False)
     with pytest.warns(RuntimeWarning):
@@ -419,8 +422,6 @@ def test_triton_31_do_bench_does_not_count_as_a_patched_driver(triton_31):
 
 
 def test_a_triton_without_driver_backends_is_reported_as_before_3_0(monkeypatch):
-    import importlib.metadata
-    import sys
 
     cleanflush.uninstall()
     cleanflush._state.reset_for_tests()
@@ -442,7 +443,8 @@ def test_a_do_bench_of_unknown_layout_is_reported_unsupported(triton_31):
     cleanflush.install()
     assert triton_31.do_bench is do_bench
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
-    assert not row.patched and row.detail.startswith("unsupported:")
+    assert (row.patched, row.version, row.detail) == (False, VERSION, "unsupported: neither the driver nor "
+                                                      "triton.testing.do_bench has a flush cleanflush knows; stock flush kept")
 
 
 def test_a_do_bench_that_cannot_be_inspected_is_unsupported(triton_31):
@@ -455,14 +457,14 @@ def test_a_do_bench_that_cannot_be_inspected_is_unsupported(triton_31):
 
 
 def test_before_triton_testing_is_imported_the_row_says_when(triton_31, monkeypatch):
-    import sys
 
     cleanflush.uninstall()
     cleanflush._state.reset_for_tests()
     monkeypatch.delitem(sys.modules, "triton.testing")
     cleanflush.install()
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
-    assert not row.patched and row.detail == "triton 3.0-3.1 layout: patched when triton.testing is imported"
+    assert (row.patched, row.version, row.detail) == (
+        False, VERSION, "triton 3.0-3.1 layout: patched when triton.testing is imported")
 
 
 @pytest.mark.parametrize("names", [("do_bench_proton",), ("do_bench_proton", "do_bench_cudagraph_proton"),
@@ -470,7 +472,6 @@ def test_before_triton_testing_is_imported_the_row_says_when(triton_31, monkeypa
 def test_protons_helpers_have_a_row_of_their_own(monkeypatch, names):
     """triton 3.8's Proton helpers flush through the driver (the installed triton has none:
     they are set on its triton.testing here)."""
-    import importlib.metadata
 
     import triton.testing
 
@@ -486,3 +487,14 @@ def test_protons_row_says_when_the_driver_is_not_patched(triton_31, monkeypatch)
     monkeypatch.setattr(triton_31, "do_bench_proton", lambda *a, **k: None, raising=False)
     rows = {r.target: (r.patched, r.detail) for r in cleanflush.status()}
     assert rows["triton.testing.do_bench_proton"] == (False, "driver not patched")
+
+
+def test_a_driver_class_under_two_registry_names_is_listed_once_under_the_first(monkeypatch):
+    import types
+
+    driver = registry_drivers()["nvidia"]
+    monkeypatch.setattr(triton.backends, "backends", {
+        "nvidia": types.SimpleNamespace(driver=driver), "alias": types.SimpleNamespace(driver=driver)})
+    monkeypatch.delitem(sys.modules, "triton.backends.nvidia.driver")
+    monkeypatch.delitem(sys.modules, "triton.backends.amd.driver")
+    assert triton_patch.driver_classes() == [("triton.backends.backends['nvidia'].driver", driver)]
