@@ -200,12 +200,20 @@ def test_registry_copy_of_the_driver_is_patched_too(monkeypatch):
     assert isinstance(vars(copy_cls)["clear_cache"], wrapt.FunctionWrapper)
     assert isinstance(vars(importable.CudaDriver)["clear_cache"], wrapt.FunctionWrapper)
     rows = {row.target: row for row in cleanflush.status()}
-    assert rows["triton.backends.backends['nvidia'].driver.clear_cache"].patched
+    assert rows["triton.backends.backends['nvidia'].driver.clear_cache"] == cleanflush._state.TargetStatus(
+        "triton.backends.backends['nvidia'].driver.clear_cache", "triton", VERSION, True,
+        "do_bench, autotuner and Proton helpers flush through it; harnesses that zero its cache tensor "
+        "directly (tritonbench, Helion) flush through that tensor")
     cache = torch.full((16,), 5, dtype=torch.int32)
     _flush.prepare(cache.device)
     with OpRecorder() as rec, cleanflush.policy("write-read"):
         bare_driver(copy_cls).clear_cache(cache)
     assert rec.names == ["zero_", "sum"]
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.zeros(8, dtype=torch.int32))
+    cache = bare_driver(copy_cls).get_empty_cache_for_benchmark()  # the copy's, patched in this test
+    with OpRecorder() as rec:
+        cache.zero_()
+    assert type(cache).__name__ == "CleanFlushCache" and rec.names == ["zero_", "sum"]
     cleanflush.uninstall()
     assert vars(copy_cls)["clear_cache"] is original
 
