@@ -506,3 +506,22 @@ def test_a_driver_class_under_two_registry_names_is_listed_once_under_the_first(
     monkeypatch.delitem(sys.modules, "triton.backends.nvidia.driver")
     monkeypatch.delitem(sys.modules, "triton.backends.amd.driver")
     assert triton_patch.driver_classes() == [("triton.backends.backends['nvidia'].driver", driver)]
+
+
+@pytest.mark.parametrize("installed, expected", [({"pytorch-triton": "3.5.0+gitabc"}, "3.5.0+gitabc"),
+                                                 ({"triton": "3.6.0", "pytorch-triton": "3.5.0"}, "3.6.0"),
+                                                 ({}, None)])
+def test_the_version_is_tritons_or_that_of_nightly_torchs_pytorch_triton(monkeypatch, installed, expected):
+    from cleanflush import patches
+
+    def version(dist):
+        if dist not in installed:
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return installed[dist]
+
+    monkeypatch.setattr(patches.metadata, "version", version)
+    patches.installed_version.cache_clear()
+    try:
+        assert triton_patch._version() == expected
+    finally:
+        patches.installed_version.cache_clear()
