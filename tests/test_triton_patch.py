@@ -146,7 +146,8 @@ def test_triton_3_2_layout_flushes_through_the_inline_zero():
     original = vars(Triton32Driver)["get_empty_cache_for_benchmark"]
     row = triton_patch.patch_class("fake32", Triton32Driver)
     try:
-        assert row.patched and "3.2" in row.detail
+        assert row == cleanflush._state.TargetStatus("fake32.get_empty_cache_for_benchmark", "triton", VERSION, True,
+                                                     "triton 3.2 layout: do_bench's inline zero_() runs the flush")
         driver = Triton32Driver()
         _flush.prepare(torch.device("cpu"))
         for policy, expected in [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]:
@@ -164,7 +165,10 @@ def test_driver_without_flush_methods_is_reported_unsupported():
         pass
 
     row = triton_patch.patch_class("fake31", Triton31Driver)
-    assert not row.patched and "stock flush kept" in row.detail
+    assert row == cleanflush._state.TargetStatus(
+        "fake31.clear_cache", "triton", VERSION, False,
+        "unsupported: this driver has neither clear_cache nor get_empty_cache_for_benchmark "
+        "(triton < 3.2 flushes inline in do_bench); stock flush kept")
     assert "clear_cache" not in vars(Triton31Driver)
 
 
