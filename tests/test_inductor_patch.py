@@ -405,3 +405,87 @@ def test_without_a_device_type_the_read_goes_to_upstreams_default_device(monkeyp
         benchmarking.TorchProfilerBenchmarker().benchmark_gpu(x_plus_one, rep=2, estimation_iters=1,
                                                               memory_warmup_iters=0)
     assert rec.names.count("sum") == 1 + 2 and read_sizes(rec) == {256 << 20}
+
+
+# The wrappers themselves, called as wrapt calls them, for what the real benchmarkers of this
+# torch never send: a device object, an index, another device argument, other arguments.
+
+def site(device_type=None, default="cpu"):
+    return inductor_patch._Site("InductorBenchmarker.benchmark_gpu", None, device_type, lambda: default)
+
+
+def test_the_read_device_is_the_current_one_of_the_named_type(monkeypatch):
+    for named in ("cpu", torch.device("cpu"), None):  # a name, a device, upstream's default
+        assert inductor_patch._device(site(), named) == torch.device("cpu")
+    monkeypatch.setattr(torch.cpu, "current_device", lambda: 0)  # an index, as torch.cuda's
+    assert inductor_patch._device(site(), "cpu") == torch.device("cpu", 0)
+    assert inductor_patch._device(site(), torch.device("cpu")) == torch.device("cpu", 0)
+
+
+def test_no_device_for_the_read_is_said_once_word_for_word(recwarn):
+    for _ in range(2):
+        assert inductor_patch._device_or_warn(site(), "nosuchdevice") is None
+    said = [str(w.message) for w in recwarn]
+    assert said == ["cleanflush: InductorBenchmarker.benchmark_gpu: no device for the read "
+                    "(AttributeError(\"module 'torch' has no attribute 'nosuchdevice'\")); stock flush kept"]
+
+
+class Event:
+    def __init__(self):
+        self.recorded = []
+
+    def record(self, *args, **kwargs):
+        self.recorded.append((args, kwargs))
+        return "recorded"
+
+
+def pairs_inside(active, stock_pairs, **kwargs):
+    token = inductor_patch._active.set(active)
+    try:
+        return inductor_patch._get_event_pairs(lambda *a, **k: stock_pairs, None, (1,), kwargs)
+    finally:
+        inductor_patch._active.reset(token)
+
+
+@pytest.mark.parametrize("active, kwargs", [
+    (site(device_type="nosuchdevice"), {"device_type": "cpu"}),  # the call's own argument wins
+    (site(device_type="cpu", default="nosuchdevice"), {}),  # then the benchmark's
+    (site(), {}),  # then upstream's default
+])
+def test_event_pairs_read_on_the_device_asked_for(active, kwargs):
+    start, end = Event(), Event()
+    [(proxy, same_end)] = pairs_inside(active, [(start, end)], **kwargs)
+    assert isinstance(proxy, wrapt.ObjectProxy) and same_end is end
+    _flush.prepare(torch.device("cpu"))
+    with OpRecorder() as rec:
+        assert proxy.record("stream", flag=True) == "recorded"
+    assert rec.names == ["sum"] and start.recorded == [(("stream",), {"flag": True})]
+
+
+@pytest.mark.parametrize("shape, name", [(lambda s, e: ((s, e),), "tuple"), (lambda s, e: [[s, e]], "list"),
+                                         (lambda s, e: [(s, e, None)], "list"), (lambda s, e: None, "NoneType")])
+def test_event_pairs_of_any_other_shape_pass_through_and_are_said_once(shape, name, recwarn):
+    pairs = shape(Event(), Event())
+    assert pairs_inside(site(), pairs, device_type="cpu") is pairs
+    said = [str(w.message) for w in recwarn]
+    assert said == [f"cleanflush: InductorBenchmarker.benchmark_gpu: get_event_pairs returned {name}, not a list "
+                    "of (start, end) pairs; its stock flush is kept"]
+
+
+def test_a_region_without_a_name_and_enters_arguments_pass_through():
+    calls = []
+
+    def enter(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "entered"
+
+    token = inductor_patch._active.set(site())
+    try:
+        assert inductor_patch._record_function_enter(enter, object(), (1,), {"k": 2}) == "entered"
+    finally:
+        inductor_patch._active.reset(token)
+    assert calls == [((1,), {"k": 2})]
+
+
+def test_the_triton_benchmarker_row_comes_first():
+    assert inductor_patch.status()[0].target == "TritonBenchmarker.benchmark_gpu"
