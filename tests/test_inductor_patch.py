@@ -230,7 +230,8 @@ def test_unknown_shape_keeps_stock_and_says_why():
     assert "get_event_pairs" not in vars(FakeModule.InductorBenchmarker)
     assert not isinstance(vars(FakeModule.InductorBenchmarker)["benchmark_gpu"], wrapt.FunctionWrapper)
     row = cleanflush._state.STATE.targets["InductorBenchmarker.benchmark_gpu"]
-    assert not row.patched and "unsupported" in row.detail
+    assert (row.patched, row.detail) == (
+        False, "unsupported: no get_event_pairs/benchmark_gpu on InductorBenchmarker; stock flush kept")
     inductor_patch._apply_benchmarking(benchmarking)  # back to the real module's row
 
 
@@ -278,8 +279,8 @@ def stand_in(**names):
 
 def bench_class():
     class Bench:
-        def benchmark_gpu(self):
-            return "stock"
+        def benchmark_gpu(self, *args, **kwargs):
+            return inductor_patch._active.get()  # what the patch set up for this call
 
         def get_event_pairs(self, iters):
             return []
@@ -305,13 +306,34 @@ def test_torch_before_2_7_has_no_inductor_benchmarker_and_is_not_news():
 
 
 def test_torch_2_7_to_2_12_patches_the_inductor_benchmarker_only():
-    module = stand_in(InductorBenchmarker=bench_class())
+    module = stand_in(InductorBenchmarker=bench_class(), _get_default_gpu_device_type=lambda: "xpu")
     rows, said = rows_recorded(inductor_patch._apply_benchmarking, module)
     assert rows == {"InductorBenchmarker.benchmark_gpu": (
         True, f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}")}
     assert said == []
     for name in ("benchmark_gpu", "get_event_pairs"):
         assert isinstance(vars(module.InductorBenchmarker)[name], wrapt.FunctionWrapper)
+    active = module.InductorBenchmarker().benchmark_gpu(len, device_type="cuda")
+    assert active[:3] == ("InductorBenchmarker.benchmark_gpu", None, "cuda")  # one L2 written
+    assert active.default_type() == "xpu"  # upstream's own choice, asked at call time
+    assert inductor_patch._active.get() is None  # only during the call
+
+
+@pytest.mark.parametrize("hip, written", [(None, None), ("6.2", 256 << 20)])
+def test_the_profiler_benchmarker_and_utils_calls_know_their_write(monkeypatch, hip, written):
+    monkeypatch.setattr(torch.version, "hip", hip)
+    module = stand_in(InductorBenchmarker=bench_class(), TorchProfilerBenchmarker=bench_class(),
+                      _CALLABLE_PROFILE_EVENT_NAME="stand-in callable", _get_default_gpu_device_type=lambda: "xpu")
+    rows_recorded(inductor_patch._apply_benchmarking, module)
+    active = module.TorchProfilerBenchmarker().benchmark_gpu(len)
+    assert active[:3] == ("TorchProfilerBenchmarker.benchmark_gpu", written, None) and active.default_type() == "xpu"
+    utils = stand_in(_do_bench_using_profiling=lambda fn: inductor_patch._active.get(),
+                     _DO_BENCH_PROFILE_EVENT_NAME="stand-in do_bench", get_gpu_type=lambda: "mtia")
+    rows_recorded(inductor_patch._apply_utils, utils)
+    active = utils._do_bench_using_profiling(len)
+    assert active[:3] == ("torch._inductor.utils._do_bench_using_profiling", 256 * 10**6, None)
+    assert active.default_type() == "mtia"
+    assert {"stand-in callable", "stand-in do_bench"} <= inductor_patch._regions
 
 
 @pytest.mark.parametrize("layout", ["no region name", "benchmark_gpu inherited", "no InductorBenchmarker"])
@@ -489,3 +511,10 @@ def test_a_region_without_a_name_and_enters_arguments_pass_through():
 
 def test_the_triton_benchmarker_row_comes_first():
     assert inductor_patch.status()[0].target == "TritonBenchmarker.benchmark_gpu"
+
+
+def test_before_inductor_is_imported_one_row_says_so(monkeypatch):
+    for name in (inductor_patch.BENCHMARKING, inductor_patch.UTILS):
+        monkeypatch.delitem(sys.modules, name)
+    cleanflush._state.reset_for_tests()
+    assert [(r.target, r.package, r.patched) for r in inductor_patch.status()] == [("torch._inductor", "torch", False)]
