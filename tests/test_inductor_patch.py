@@ -324,7 +324,9 @@ def test_the_profiler_benchmarker_and_utils_calls_know_their_write(monkeypatch, 
     monkeypatch.setattr(torch.version, "hip", hip)
     module = stand_in(InductorBenchmarker=bench_class(), TorchProfilerBenchmarker=bench_class(),
                       _CALLABLE_PROFILE_EVENT_NAME="stand-in callable", _get_default_gpu_device_type=lambda: "xpu")
-    rows_recorded(inductor_patch._apply_benchmarking, module)
+    rows, said = rows_recorded(inductor_patch._apply_benchmarking, module)
+    assert rows["TorchProfilerBenchmarker.benchmark_gpu"] == (
+        True, f"read after the inline zero_(), outside the profiled 'stand-in callable' region; {READ_NOTE}")
     active = module.TorchProfilerBenchmarker().benchmark_gpu(len)
     assert active[:3] == ("TorchProfilerBenchmarker.benchmark_gpu", written, None) and active.default_type() == "xpu"
     utils = stand_in(_do_bench_using_profiling=lambda fn: inductor_patch._active.get(),
