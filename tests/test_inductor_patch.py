@@ -520,3 +520,9 @@ def test_before_inductor_is_imported_one_row_says_so(monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     cleanflush._state.reset_for_tests()
     assert [(r.target, r.package, r.patched) for r in inductor_patch.status()] == [("torch._inductor", "torch", False)]
+
+
+def test_a_torch_without_the_default_device_function_reads_on_cuda():
+    """Before torch named its default GPU type, Inductor's benchmarkers were CUDA only."""
+    assert inductor_patch._upstream_default(stand_in(), "_get_default_gpu_device_type")() == "cuda"
+    assert inductor_patch._upstream_default(stand_in(pick=lambda: "xpu"), "pick")() == "xpu"
