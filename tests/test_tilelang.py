@@ -187,3 +187,21 @@ def test_the_autoload_patches_tilelang_in_a_child():
         print(type(bench._bench_with_cupti).__name__)
     """, env={"CLEANFLUSH": "1"})
     assert child.stdout.split() == ["FunctionWrapper"], child.stderr
+
+
+def test_each_helper_says_its_own_miss_and_a_rejected_call_gets_the_stock_error(recwarn):
+    def helper_a(fn, cache, n_repeat):
+        pass
+
+    def helper_b(fn, cache, n_repeat):
+        pass
+
+    for helper in (helper_a, helper_b, helper_a):
+        wrapt.FunctionWrapper(helper, patch._helper)(lambda: None, None, 1)
+    said = [str(w.message).split(" got no cache")[0] for w in recwarn]
+    assert said == ["cleanflush: tilelang: helper_a", "cleanflush: tilelang: helper_b"]
+    with pytest.raises(TypeError) as ours:
+        wrapt.FunctionWrapper(helper_a, patch._helper)(lambda: None, None, 1, 2)  # one positional too many
+    with pytest.raises(TypeError) as theirs:
+        helper_a(lambda: None, None, 1, 2)
+    assert str(ours.value) == str(theirs.value)
