@@ -294,8 +294,9 @@ def rows_recorded(apply, module):
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         apply(module)
-    rows = {r.target: (r.patched, r.detail) for r in cleanflush._state.STATE.targets.values() if r.package == "torch"}
-    return rows, [str(w.message) for w in said]
+    recorded = [r for r in cleanflush._state.STATE.targets.values() if r.package == "torch"]
+    assert all(r.version == torch.__version__ for r in recorded)  # every row names the torch it is about
+    return {r.target: (r.patched, r.detail) for r in recorded}, [str(w.message) for w in said]
 
 
 def test_torch_before_2_7_has_no_inductor_benchmarker_and_is_not_news():
