@@ -88,7 +88,7 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None) -> Path:
                                                      "cleanflush read 256 MiB (read)"]
     progress(f"writeback: {len(labels)} flushes x {REPS} GEMMs under Nsight Compute (about a minute)")
     script = SCRIPT.format(n=n, k=k, sizes=SIZES_MIB, reps=REPS)
-    kernels = _measure.ncu_metrics(script, METRICS)
+    kernels = _measure.ncu_metrics(["-c", script], METRICS)
     results = Results(out, "writeback")
     for label, x, gemm, probes in split_cases(kernels, labels, SIZES_MIB + [256, 0], REPS):
         per_call = len(gemm) // REPS

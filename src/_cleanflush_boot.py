@@ -13,9 +13,12 @@ import os
 import sys
 
 booted = False
+report_at_start = None  # CLEANFLUSH_REPORT made absolute at interpreter start (a later chdir does not move it)
 # The top-level packages whose import wakes cleanflush up: everything it patches lives there.
 TRIGGERS = frozenset(("torch", "triton"))
-_OFF = frozenset(("0", "off", "false", "no"))
+# cleanflush._env.OFF (and the line in cleanflush.pth), which this module cannot import; a test
+# checks the three agree.
+OFF = frozenset(("0", "off", "false", "no"))
 
 
 class _WakeOnImport:
@@ -43,11 +46,13 @@ def _import_cleanflush():
 
 
 def boot():
-    global booted
+    global booted, report_at_start
     value = os.environ.get("CLEANFLUSH", "")
-    if booted or value.strip().lower() in _OFF or not value.strip():
+    if booted or value.strip().lower() in OFF or not value.strip():
         return
     booted = True
+    report = os.environ.get("CLEANFLUSH_REPORT")
+    report_at_start = os.path.abspath(report) if report else None
     if TRIGGERS.intersection(sys.modules):  # started with torch already loaded (rare)
         _import_cleanflush()
     else:

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import cleanflush
-from cleanflush import _flush, _policy, _state
+from cleanflush import _state
 
 pytest_plugins = ["pytester"]
 if "mutmut" in sys.modules:  # a mutation run: let the children see the mutants (README)
@@ -39,16 +39,14 @@ def fresh_install():
     # as if the process had started without the variable: a test that set it (to "0", say)
     # would otherwise become what the next install restores on uninstall
     os.environ.pop("CLEANFLUSH", None)
-    _state.reset_for_tests()
-    _flush.release()
-    _policy.set_default(cleanflush.DEFAULT_POLICY)
+    _state.reset()
     cleanflush.install()
     if "mutmut" in sys.modules:
         from tests.mutation.plugin import forget_hits_so_far
 
         forget_hits_so_far()
     yield
-    assert not _policy._open_anywhere, "the test left a cleanflush.policy block open"
+    assert not _state.STATE.open_blocks, "the test left a cleanflush.policy block open"
 
 
 def run_python(code: str, env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:

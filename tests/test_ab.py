@@ -9,7 +9,7 @@ import pytest
 
 import cleanflush
 from cleanflush import _ab
-from cleanflush.patches import decisions
+from cleanflush import _decisions as decisions
 
 from .conftest import run_python
 

@@ -117,15 +117,30 @@ def test_patched_right_after_the_import_that_woke_it():
 
 
 def test_the_three_readers_of_off_agree():
-    # the .pth line, the boot module and the parser each know the off spellings: one list
+    # the .pth line and the boot module run before cleanflush can be imported: each keeps a
+    # copy of the off spellings, which must be the parser's
+    import ast
+
     import _cleanflush_boot
 
     from cleanflush import _env
 
     pth = (ROOT / "src" / "cleanflush.pth").read_text()
-    assert set(_env._OFF) == set(_cleanflush_boot._OFF)
-    for value in _env._OFF:
-        assert f'"{value}"' in pth
+    tuples = [node for node in ast.walk(ast.parse(pth)) if isinstance(node, ast.Tuple)]
+    in_pth = {elt.value for node in tuples for elt in node.elts} - {""}
+    assert set(_env.OFF) == set(_cleanflush_boot.OFF) == in_pth
+
+
+def test_a_left_behind_autoload_file_says_one_line():
+    # an editable checkout deleted: the .pth stays in site-packages, its module is gone
+    child = run_python("print('ran')", {"CLEANFLUSH": "1", "PYTHONPATH": None}, args=("-S",))
+    assert child.stdout == "ran\n"  # -S: no .pth ran; below, the line itself, without its module
+    pth = (ROOT / "src" / "cleanflush.pth").read_text()
+    code = (f"import sys; sys.modules['_cleanflush_boot'] = None\nexec(compile({pth!r}, 'cleanflush.pth', 'exec'))\n"
+            "print('ran')")
+    child = run_python(code, {"CLEANFLUSH": "1"})
+    assert child.returncode == 0 and child.stdout == "ran\n"
+    assert child.stderr.count("\n") == 1 and "left without its module _cleanflush_boot" in child.stderr
 
 
 def test_autoload_file_is_installed():

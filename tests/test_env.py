@@ -24,13 +24,13 @@ from cleanflush import _env
     ],
 )
 def test_parse_valid(value, policy):
-    assert _env.parse(value) == policy
+    assert _env.parse_policy(value) == policy
 
 
 @pytest.mark.parametrize("value", ["2", "y", "read-write", "zero", "réad"])
 def test_parse_invalid_names_valid_values(value):
     with pytest.raises(ValueError) as err:
-        _env.parse(value)
+        _env.parse_policy(value)
     message = str(err.value)
     assert repr(value) in message
     for valid in ("0", "off", "false", "no", "1", "on", "true", "yes", "write-read", "read", "write"):
@@ -39,12 +39,34 @@ def test_parse_invalid_names_valid_values(value):
 
 
 def test_disable_takes_a_comma_separated_list():
-    assert _env.parse_disabled(" Triton, inductor ,,tritonbench") == frozenset({"triton", "inductor", "tritonbench"})
-    assert _env.parse_disabled(None) == frozenset() and _env.parse_disabled("") == frozenset()
-    with pytest.raises(ValueError) as error:
-        _env.parse_disabled("triton,tritn,inductr")
-    assert str(error.value) == ("CLEANFLUSH_DISABLE='triton,tritn,inductr' names unknown targets inductr, tritn; "
-                                f"valid targets: {', '.join(_env.TARGET_NAMES)}")
+    valid = ("triton", "inductor", "tritonbench")
+    assert _env.parse_disabled(" Triton, inductor ,,tritonbench", valid) == (frozenset(valid), ())
+    assert _env.parse_disabled(None, valid) == (frozenset(), ()) == _env.parse_disabled("", valid)
+
+
+def test_an_unknown_disabled_name_is_named_and_the_valid_ones_still_apply():
+    disabled = _env.parse_disabled("triton,tritn,inductr", ("triton", "inductor"))
+    assert disabled.names == frozenset({"triton"}) and disabled.unknown == ("inductr", "tritn")
+    assert disabled.problem(("triton", "inductor")) == (
+        "CLEANFLUSH_DISABLE names unknown targets inductr, tritn (ignored); valid targets: triton, inductor")
+    assert _env.parse_disabled("triton", ("triton",)).problem(("triton",)) is None
+
+
+def test_the_variables_are_named_once():
+    # every CLEANFLUSH_* literal in src/ sits in _env (the boot module and .pth excepted: they
+    # run before cleanflush can be imported)
+    from pathlib import Path
+
+    src = Path(_env.__file__).parent
+    for path in src.rglob("*.py"):
+        if path.name == "_env.py":
+            continue
+        for name in _env.VARIABLES:
+            assert f'"{name}"' not in path.read_text(), (path, name)
+
+
+def test_the_environment_at_start_is_kept_before_anything_writes_it():
+    assert set(_env.AT_START) == set(_env.VARIABLES)
 
 
 def test_patch_sets_list_what_they_patched():

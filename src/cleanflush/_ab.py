@@ -19,9 +19,8 @@ import tempfile
 from collections import Counter
 from typing import Any
 
-from ._policy import DEFAULT_POLICY
+from ._env import DECISIONS_VAR, DEFAULT_POLICY, POLICY_VAR
 from ._stats import quartiles
-from .patches.decisions import DECISIONS_VAR
 
 SCHEMA = 1
 STOCK = "write"
@@ -32,7 +31,7 @@ def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
     os.makedirs(folder, exist_ok=True)
     return {
         **base,
-        "CLEANFLUSH": policy,
+        POLICY_VAR: policy,
         DECISIONS_VAR: os.path.join(folder, "decisions.jsonl"),
         "TRITON_CACHE_DIR": os.path.join(folder, "triton"),
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"),
@@ -189,9 +188,9 @@ def draw(result: dict[str, Any], path: str) -> str | None:
 
 
 def run(command: list[str], policy: str = DEFAULT_POLICY, runs: int = 1, figure: str | None = None,
-        keep: str | None = None) -> tuple[dict[str, Any], int]:
+        keep: str | None = None, job_stdout: Any = None) -> tuple[dict[str, Any], int]:
     """Run ``command`` ``runs`` times under each flush, interleaved; return (record, exit code)."""
-    base = {k: v for k, v in os.environ.items() if k not in ("CLEANFLUSH", DECISIONS_VAR)}
+    base = {k: v for k, v in os.environ.items() if k not in (POLICY_VAR, DECISIONS_VAR)}
     work = keep or tempfile.mkdtemp(prefix="cleanflush-ab-")
     sides: dict[str, list[list[dict[str, Any]]]] = {STOCK: [], policy: []}
     codes = []
@@ -202,7 +201,7 @@ def run(command: list[str], policy: str = DEFAULT_POLICY, runs: int = 1, figure:
             folder = os.path.join(work, f"run{index}-{side}")
             print(f"cleanflush ab: run {index} of {2 * runs}: {side}", file=sys.stderr, flush=True)
             try:
-                code = subprocess.run(command, env=run_env(base, side, folder)).returncode
+                code = subprocess.run(command, env=run_env(base, side, folder), stdout=job_stdout).returncode
             except OSError as exc:  # the command cannot start: say so as a shell would
                 print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
                 code = 127

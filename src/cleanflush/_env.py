@@ -1,54 +1,103 @@
-"""The environment variables: one parser each, used by import and autoload alike."""
+"""The environment variables cleanflush reads, each with its parser: the one place that
+names them.  Plain Python; no other cleanflush module is imported here.
+
+``CLEANFLUSH``
+    The switch.  Unset or empty: nothing at interpreter start, ``import cleanflush``
+    installs the default policy.  ``1``/``on``/``true``/``yes``: the default policy from
+    interpreter start (``cleanflush.pth``).  A policy name: that policy.
+    ``0``/``off``/``false``/``no``: off for everything, ``import cleanflush``, ``install()``
+    and the pytest plugin included.  While cleanflush is installed it also carries the
+    policy of the newest open ``policy()`` block to child processes (``_policy`` writes it).
+``CLEANFLUSH_DISABLE``
+    Comma-separated target names (``cleanflush._registry.NAMES``) that keep their stock flush.
+``CLEANFLUSH_REPORT``
+    A file each process that flushed through cleanflush appends one JSON line to at exit.
+``CLEANFLUSH_DECISIONS``
+    A file every autotuning decision is appended to (``cleanflush ab`` sets it per run).
+
+Values are read without regard to case or surrounding spaces.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Iterable, NamedTuple
 
-from ._policy import DEFAULT_POLICY, ENV_VAR, POLICIES
-
+POLICY_VAR = "CLEANFLUSH"
 DISABLE_VAR = "CLEANFLUSH_DISABLE"
-TARGET_NAMES = ("triton", "inductor", "tritonbench", "tilelang", "flashinfer", "deep-gemm", "sglang", "kernelbench",
-                "sol-execbench", "deep-ep")
+REPORT_VAR = "CLEANFLUSH_REPORT"
+DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
+VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR)
 
-# the off spellings must match _cleanflush_boot._OFF, which reads them before any import
-_OFF = ("0", "off", "false", "no")
-_ON = ("1", "on", "true", "yes")
-VALID_VALUES = ", ".join(_OFF + _ON + POLICIES)
+POLICIES = ("write-read", "read", "write")
+# The specification's default: the stock write, then a clean read (docs/policies.md has the
+# trade-off against `read`).
+DEFAULT_POLICY = "write-read"
+
+# _cleanflush_boot keeps a copy of OFF (it runs before any import); a test checks they agree.
+OFF = ("0", "off", "false", "no")
+ON = ("1", "on", "true", "yes")
+VALID_VALUES = ", ".join(ON + OFF + POLICIES)
+
+# As the process was started, before any cleanflush code wrote to the environment: what the
+# user asked for, and what a worker that outlived a policy block really runs under.
+AT_START = {name: os.environ.get(name) for name in VARIABLES}
 
 
-def parse(value: str | None) -> str | None:
-    """Return the policy a ``CLEANFLUSH`` value asks for, or ``None`` for "off".
+def _text(value: str | None) -> str:
+    return (value or "").strip().lower()
+
+
+def is_off(value: str | None) -> bool:
+    """Whether a ``CLEANFLUSH`` value switches cleanflush off everywhere."""
+    return _text(value) in OFF
+
+
+def parse_policy(value: str | None) -> str | None:
+    """The policy a ``CLEANFLUSH`` value asks for; ``None`` for off.
 
     Unset or empty means the default policy (``import cleanflush`` is the switch then).
-    Case and surrounding spaces do not matter, as in ``cleanflush.policy()``.
     Raises ``ValueError`` naming the valid values for anything else.
     """
-    text = (value or "").strip().lower()
-    if text in _OFF:
+    text = _text(value)
+    if text in OFF:
         return None
-    if text in _ON or not text:
+    if text in ON or not text:
         return DEFAULT_POLICY
     if text in POLICIES:
         return text
-    raise ValueError(f"{ENV_VAR}={value!r} is not valid; use one of: {VALID_VALUES}")
+    raise ValueError(f"{POLICY_VAR}={value!r} is not valid; use one of: {VALID_VALUES}")
 
 
-def from_environ() -> str | None:
-    return parse(os.environ.get(ENV_VAR))
+def policy_from_environ() -> str | None:
+    return parse_policy(os.environ.get(POLICY_VAR))
 
 
-def parse_disabled(value: str | None) -> frozenset[str]:
-    """The targets a ``CLEANFLUSH_DISABLE`` value (comma-separated names) switches off.
+class Disabled(NamedTuple):
+    """What a ``CLEANFLUSH_DISABLE`` value names: the known targets, and the rest."""
 
-    Raises ``ValueError`` naming the valid names for an unknown one.
-    """
+    names: frozenset[str]
+    unknown: tuple[str, ...]
+
+    def problem(self, valid: Iterable[str]) -> str | None:
+        """One line naming the unknown names and the valid ones, or None."""
+        if not self.unknown:
+            return None
+        return (f"{DISABLE_VAR} names unknown targets {', '.join(self.unknown)} (ignored); "
+                f"valid targets: {', '.join(valid)}")
+
+
+def parse_disabled(value: str | None, valid: Iterable[str]) -> Disabled:
+    """The targets a comma-separated ``CLEANFLUSH_DISABLE`` value keeps stock.  Unknown
+    names are returned apart: the valid ones still apply."""
+    known = tuple(valid)
     names = {part.strip().lower() for part in (value or "").split(",") if part.strip()}
-    unknown = sorted(names - set(TARGET_NAMES))
-    if unknown:
-        raise ValueError(f"{DISABLE_VAR}={value!r} names unknown targets {', '.join(unknown)}; "
-                         f"valid targets: {', '.join(TARGET_NAMES)}")
-    return frozenset(names)
+    return Disabled(frozenset(names & set(known)), tuple(sorted(names - set(known))))
 
 
-def disabled_from_environ() -> frozenset[str]:
-    return parse_disabled(os.environ.get(DISABLE_VAR))
+def disabled_from_environ(valid: Iterable[str]) -> Disabled:
+    return parse_disabled(os.environ.get(DISABLE_VAR), valid)
+
+
+def decisions_path() -> str | None:
+    return os.environ.get(DECISIONS_VAR) or None

@@ -25,18 +25,21 @@ Rules the code below keeps (measured on an H200, see README):
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, TypeVar
 
 from ._policy import current_policy
-from ._state import LOCK, STATE, count_flush, warn_once
+from ._state import STATE, count_flush, warn_once
 
 if TYPE_CHECKING:
     import torch
 
+T = TypeVar("T")
+
 MiB = 1 << 20
 READ_KERNEL = "cleanflush_l2_sweep"  # the read's kernel name on CUDA (_sweep), for name filters
 STOCK_FLUSH_BYTES = 256 * MiB  # Triton's zero_ buffer: the GPU-busy time a flush must keep
-
 
 
 class ReadBuffer(NamedTuple):
@@ -46,10 +49,6 @@ class ReadBuffer(NamedTuple):
     sink: torch.Tensor  # float32 scalar the sum goes to
     l2: int  # L2 bytes, 0 when the device reports none
     sweep: Callable[[torch.Tensor, torch.Tensor], None] | None  # the named kernel; None: torch's sum
-
-
-_buffers: dict[Any, ReadBuffer] = {}
-_prepare_lock = threading.Lock()
 
 
 class ReadUnavailable(RuntimeError):
@@ -78,11 +77,11 @@ def buffer_bytes(l2: int) -> int:
 def prepare(device: torch.device) -> ReadBuffer:
     """Allocate (once per device, also under threads) the read buffer; call it outside
     graph capture.  A device whose buffer failed raises ReadUnavailable from then on."""
-    entry = _buffers.get(device)
+    entry: ReadBuffer | None = STATE.buffers.get(device)
     if entry is not None:
         return entry
-    with _prepare_lock:
-        entry = _buffers.get(device)
+    with STATE.buffer_lock:
+        entry = STATE.buffers.get(device)
         if entry is not None:
             return entry
         if str(device) in STATE.read_unavailable:
@@ -95,11 +94,11 @@ def prepare(device: torch.device) -> ReadBuffer:
         try:
             l2 = l2_bytes(device)
             buffer, sink = _allocate_outside_pools(device, buffer_bytes(l2) // 4)
-        except Exception as exc:
-            with LOCK:
+        except Exception as exc:  # out of memory, a device that went away: said once, not retried
+            with STATE.lock:
                 STATE.read_unavailable[str(device)] = f"the read buffer could not be allocated ({exc})"
             raise ReadUnavailable(STATE.read_unavailable[str(device)]) from exc
-        entry = _buffers[device] = ReadBuffer(buffer, sink, l2, _build_sweep(buffer, sink))
+        entry = STATE.buffers[device] = ReadBuffer(buffer, sink, l2, _build_sweep(buffer, sink))
         return entry
 
 
@@ -112,9 +111,9 @@ def _build_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Te
         from . import _sweep
 
         return _sweep.build(buffer, sink, _sweep.programs_for(buffer.device))
-    except Exception as exc:
+    except Exception as exc:  # no triton, a compiler error, a wrong sum: torch's sum reads instead
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        with LOCK:
+        with STATE.lock:
             STATE.sweep_unavailable[str(buffer.device)] = reason
         warn_once(f"sweep:{buffer.device}", f"the read kernel {READ_KERNEL} could not be built on "
                   f"{buffer.device} ({reason}); the read runs as torch's sum, which timers that pick "
@@ -155,89 +154,115 @@ def _allocate_outside_pools(device: torch.device, numel: int) -> tuple[torch.Ten
 
 def release() -> None:
     """Drop the read buffers (uninstall calls this): the memory goes back to the caller."""
-    with _prepare_lock:
-        if any(device.type == "cuda" for device in _buffers):
+    with STATE.buffer_lock:
+        if any(device.type == "cuda" for device in STATE.buffers):
             import torch
 
             torch.cuda.synchronize()  # no flush still reading a buffer we let go
-        _buffers.clear()
+        STATE.buffers.clear()
 
 
-def read(device: torch.device, nbytes: int) -> None:
+# What the read sums, given (the cache just written or None, the region cleanflush chose, the
+# device's L2 bytes).  The one seam in the flush: ``verify --controls`` breaks the read through
+# it the way a bug would (a region too small, the dirty lines themselves, a read that raises).
+Region = Callable[[Any, "torch.Tensor", int], "torch.Tensor"]
+_region: ContextVar[Region | None] = ContextVar("cleanflush_read_region", default=None)
+
+
+@contextmanager
+def read_region(choose: Region) -> Iterator[None]:
+    """Within the block (this context only), every read sums ``choose(cache, region, l2)``."""
+    token = _region.set(choose)
+    try:
+        yield
+    finally:
+        _region.reset(token)
+
+
+def read(device: torch.device, nbytes: int, cache: Any = None) -> None:
     """Enqueue a float32 sum over ``nbytes`` of the read buffer on ``device``'s current stream:
     one kernel, no allocation, no host sync."""
     import torch
 
     entry = prepare(device)
     data = entry.buffer[: nbytes // 4]
+    choose = _region.get()
+    if choose is not None:
+        data = choose(cache, data, entry.l2)
     if entry.sweep is not None:
         entry.sweep(data, entry.sink)
     else:
         torch.sum(data, dim=0, out=entry.sink)
 
 
-def _read_after(device: torch.device, written: int | None, target: str) -> bool:
+def _read_after(device: torch.device, written: int | None, label: str, cache: Any = None) -> bool:
     """The clean read after ``written`` bytes of stock write (``None``: one L2 of it);
     False, with one warning, when it could not run."""
     try:
         l2 = prepare(device).l2
-        read(device, read_bytes(l2, l2 if written is None else written))
+        read(device, read_bytes(l2, l2 if written is None else written), cache)
         return True
-    except Exception as exc:
-        warn_once(f"read:{target}:{device}", f"the clean read could not run in {target} on {device} "
+    except Exception as exc:  # the read must never break the benchmark: the stock write stands in
+        warn_once(f"read:{label}:{device}", f"the clean read could not run in {label} on {device} "
                   f"({exc}); these flushes fall back to the stock write")
         return False
 
 
-def flush(cache: Any, write: Callable[[], Any], target: str) -> Any:
+def fall_back(label: str, why: str, stock: Callable[[], T], counted: bool = True) -> T:
+    """The stock code after a surprise: said once, shown by ``cleanflush status``, and counted
+    under ``label`` as the write it was (``counted=False`` where ``stock`` is a whole
+    benchmark, not one flush)."""
+    warn_once(f"stock:{label}:{why}", f"{label}: {why}; its stock flush runs")
+    with STATE.lock:
+        STATE.fallbacks.setdefault(label, why)
+    result = stock()
+    if counted:
+        count_flush(label, "write")
+    return result
+
+
+def flush(cache: Any, write: Callable[[], Any], label: str) -> Any:
     """Flush L2 before a timed call under the active policy; return what ``write`` returns.
 
-    ``write`` is the benchmarker's own stock flush (it writes ``cache``); ``target`` names
-    the patched site in status and counters.
+    ``write`` is the benchmarker's own stock flush (it writes ``cache``); ``label`` names
+    the patched site in the counters.
     """
     try:
         device = cache.device
         written = cache.numel() * cache.element_size()
-    except Exception as exc:  # not a tensor: nothing to read next to, run the stock code
-        warn_once(f"cache:{target}", f"{target} flushed an unexpected cache object ({exc!r}); "
-                  "its stock flush is kept")
-        result = write()
-        count_flush(target, "write")
-        return result
-    return around(write, device, written, target)
+    except AttributeError as exc:  # not a tensor: nothing to read next to
+        return fall_back(label, f"it flushed an unexpected cache object ({exc})", write)
+    return around(write, device, written, label, cache)
 
 
-def around(write: Callable[[], Any], device: torch.device, written: int, target: str) -> Any:
+def around(write: Callable[[], Any], device: torch.device, written: int, label: str, cache: Any = None) -> Any:
     """The active policy around a stock write of ``written`` bytes on ``device``, for
     benchmarkers that call their write as a function we can run or skip."""
     policy = current_policy()
     if policy == "write":
         result = write()
-        count_flush(target, "write")
+        count_flush(label, "write")
         return result
     result = write() if policy == "write-read" else None
-    if _read_after(device, written if policy == "write-read" else 0, target):
-        count_flush(target, policy)
+    if _read_after(device, written if policy == "write-read" else 0, label, cache):
+        count_flush(label, policy)
         return result
     if policy == "read":
         result = write()  # neither read nor write would leave L2 unflushed: do the stock write
-    count_flush(target, "write")
+    count_flush(label, "write")
     return result
 
 
-def after_write(device: torch.device, written: int | None, target: str) -> None:
+def after_write(device: torch.device, written: int | None, label: str) -> None:
     """The read half alone, for benchmarkers whose stock write is inline in their code.
 
     ``written`` is the size of that write, ``None`` for one L2.  The write cannot be
     skipped, so the ``read`` policy runs as ``write-read`` here and is counted so.
     """
-    if current_policy() == "write" or not _read_after(device, written, target):
-        count_flush(target, "write")
+    if current_policy() == "write" or not _read_after(device, written, label):
+        count_flush(label, "write")
     else:
-        count_flush(target, "write-read")
-
-
-_tensor_classes: dict[str, type] = {}  # target -> its flushing subclass, made on first use
+        count_flush(label, "write-read")
 
 
 def flushing_tensor(cache: torch.Tensor, target: str) -> torch.Tensor:
@@ -245,7 +270,7 @@ def flushing_tensor(cache: torch.Tensor, target: str) -> torch.Tensor:
     cache tensor inline (triton 3.0-3.2's do_bench, tritonbench, Helion's pretuned timers,
     TileLang, FlashInfer): same storage, counted under ``target``.  After ``uninstall()``
     a tensor already handed out zeroes stock."""
-    cls = _tensor_classes.get(target)
+    cls = STATE.tensor_classes.get(target)
     if cls is None:
         import torch
 
@@ -258,15 +283,15 @@ def flushing_tensor(cache: torch.Tensor, target: str) -> torch.Tensor:
             return self
 
         # no __torch_function__: every other op sees, and returns, a plain tensor
-        cls = _tensor_classes.setdefault(target, type("CleanFlushCache", (torch.Tensor,), {
+        cls = STATE.tensor_classes.setdefault(target, type("CleanFlushCache", (torch.Tensor,), {
             "__torch_function__": torch._C._disabled_torch_function_impl, "zero_": zero_,
-            "__module__": __name__, "target": target}))
+            "__module__": __name__, "target": target, "_cleanflush_flushing": True}))
     return plain_tensor(cache).as_subclass(cls)
 
 
 def plain_tensor(cache: Any) -> Any:
     """The plain tensor behind a flushing one (anything else as it is)."""
-    if type(cache) in _tensor_classes.values():
+    if vars(type(cache)).get("_cleanflush_flushing", False):
         import torch
 
         return cache.as_subclass(torch.Tensor)

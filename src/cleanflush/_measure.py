@@ -133,10 +133,10 @@ _UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "B": 1.0, "KB":
           "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
-def ncu_metrics(script: str, metrics: tuple[str, ...] = (NCU_METRIC,),
+def ncu_metrics(program: list[str], metrics: tuple[str, ...] = (NCU_METRIC,),
                 timeout: float = 600) -> list[tuple[str, dict[str, float]]]:
-    """Run ``script`` under Nsight Compute and return (kernel name, {metric: value}) for
-    every kernel launched inside an NVTX range named ``timed``, in launch order.  Byte
+    """Run ``python *program`` under Nsight Compute and return (kernel name, {metric: value})
+    for every kernel launched inside an NVTX range named ``timed``, in launch order.  Byte
     metrics come back in bytes, time metrics in microseconds.
 
     The profiler leaves the cache and the clocks alone (``--cache-control none
@@ -146,7 +146,7 @@ def ncu_metrics(script: str, metrics: tuple[str, ...] = (NCU_METRIC,),
     out = subprocess.run(
         ["ncu", "--cache-control", "none", "--clock-control", "none", "--replay-mode", "application",
          "--profile-from-start", "off", "--nvtx", "--nvtx-include", "timed/", "--csv",
-         "--metrics", ",".join(metrics), sys.executable, "-c", script],
+         "--metrics", ",".join(metrics), sys.executable, *program],
         capture_output=True, text=True, timeout=timeout,
     )
     if out.returncode != 0:
@@ -167,35 +167,15 @@ def ncu_metrics(script: str, metrics: tuple[str, ...] = (NCU_METRIC,),
     return list(kernels.values())
 
 
-def ncu_write_bytes(script: str, timeout: float = 600) -> list[tuple[str, float]]:
+def ncu_write_bytes(program: list[str], timeout: float = 600) -> list[tuple[str, float]]:
     """(kernel name, DRAM bytes written) for every kernel in an NVTX range ``timed``."""
-    return [(name, values[NCU_METRIC]) for name, values in ncu_metrics(script, (NCU_METRIC,), timeout)]
+    return [(name, values[NCU_METRIC]) for name, values in ncu_metrics(program, (NCU_METRIC,), timeout)]
 
 
-def ncu_script(n: int, k: int, dtype: str, device: int, calls: int, flushes: tuple[str, ...]) -> str:
-    """A program that runs ``calls`` timed GEMMs after each flush in ``flushes`` (names that
-    ``cleanflush._verify.controls.flushing`` knows: ``stock``, a policy, or a control), each
-    GEMM inside an NVTX range ``timed``."""
-    return f"""
-import torch, triton, cleanflush
-from cleanflush import _measure
-from cleanflush._verify.controls import flushing
-torch.cuda.set_device({device})
-fn, _, _ = _measure.one_row_gemm({n}, {k}, torch.{dtype})
-driver = triton.runtime.driver.active
-cache = driver.get_empty_cache_for_benchmark()
-_measure.warm_up(fn, 1.0)
-torch.cuda.profiler.start()
-for name in {flushes!r}:
-    with flushing(name):
-        for _ in range({calls}):
-            driver.clear_cache(cache)
-            torch.cuda.nvtx.range_push("timed")
-            fn()
-            torch.cuda.nvtx.range_pop()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
-"""
+def verify_program(n: int, k: int, dtype: str, device: int, calls: int, flushes: tuple[str, ...]) -> list[str]:
+    """The arguments that run ``cleanflush._verify.ncu_program``: ``calls`` timed GEMMs after
+    each flush in ``flushes``."""
+    return ["-m", "cleanflush._verify.ncu_program", str(n), str(k), dtype, str(device), str(calls), *flushes]
 
 
 def split_phases(kernels: list[tuple[str, float]], calls: int, phases: int) -> list[float]:

@@ -8,11 +8,11 @@ attribute after us, reverting would drop their wrapper too, so we disable ours i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import wrapt
 
-from ._state import warn_once
+from ._state import STATE, warn_once
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 
@@ -43,25 +43,28 @@ def our_patch(owner: type, name: str) -> Patch | None:
     return patch if isinstance(patch, Patch) and patch.active else None
 
 
-# Every patch ever made, by (owner, name): a re-install puts the same wrapper back, so a
-# name that an import copied from it (``from deep_gemm.testing import bench_kineto``) flushes
-# again instead of staying the disabled wrapper of an earlier install.
-_made: dict[tuple[int, str], Patch] = {}
-
-
 def wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
-    """Wrap ``owner.name`` (which ``owner`` itself defines); idempotent."""
+    """Wrap ``owner.name`` (which ``owner`` itself defines); idempotent, also when several
+    threads install at once."""
+    with STATE.lock:
+        return _wrap(owner, name, wrapper)
+
+
+def _wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
     existing = our_patch(owner, name)
     if existing is not None:
         return existing
     current = vars(owner)[name]
-    patch = _made.get((id(owner), name))
+    # Every patch ever made is kept (STATE.made): a re-install puts the same wrapper back, so a
+    # name that an import copied from it (``from deep_gemm.testing import bench_kineto``)
+    # flushes again instead of staying the disabled wrapper of an earlier install.
+    patch = STATE.made.get((id(owner), name))
     if patch is None or patch.owner is not owner or patch.original is not current \
             or patch.wrapper._self_wrapper != wrapper:  # a bound method is made anew each time
         patch = Patch(owner, name, current)
         patch.wrapper = wrapt.FunctionWrapper(patch.original, wrapper, enabled=patch._enabled)
         patch.wrapper._self_cleanflush_patch = patch
-        _made[(id(owner), name)] = patch
+        STATE.made[(id(owner), name)] = patch
     patch.active = True
     setattr(owner, name, patch.wrapper)
     return patch
@@ -106,7 +109,7 @@ class PatchSet:
         if current is patch.original:
             self.wrap(owner, name, wrapper)
         elif current is patch.wrapper and not any(p.owner is owner and p.name == name for p in self._patches):
-            alias = _made[(id(owner), name)] = Patch(owner, name, patch.original, patch.wrapper)
+            alias = STATE.made[(id(owner), name)] = Patch(owner, name, patch.original, patch.wrapper)
             self._patches.append(alias)
 
     def replace(self, owner: Any, name: str, value: Any) -> None:
@@ -119,5 +122,12 @@ class PatchSet:
         while self._patches:
             unwrap(self._patches.pop())
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Patch]:
         return iter(list(self._patches))
+
+
+def patch_set(name: str) -> PatchSet:
+    """The patches target ``name`` has applied (kept in ``STATE``)."""
+    with STATE.lock:
+        patches: PatchSet = STATE.patches.setdefault(name, PatchSet())
+        return patches

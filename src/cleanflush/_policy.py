@@ -1,15 +1,17 @@
-"""Which flush policy is active, and the one owner of ``CLEANFLUSH`` in ``os.environ``.
+"""Which flush policy is active, and the one writer of ``CLEANFLUSH`` in ``os.environ``.
 
-A process default plus the ``policy()`` blocks open in the current context.  The open
-blocks live in a ContextVar holding an immutable tuple, so nested blocks, threads and
-asyncio tasks each see their own, and one ``policy`` object can be entered by many of
-them at once: the state of an entry is never kept on the instance.
+A process default plus the ``policy()`` blocks open in the current context.  The blocks of
+a context live in a ContextVar holding an immutable tuple, so nested blocks, threads and
+asyncio tasks each see their own, and one ``policy`` object can be entered by many of them
+at once: the state of an entry is never kept on the instance.  An entry is closed wherever
+its block ends, so a block in a generator that another thread or task finalises ends for the
+context that entered it too.
 
-Child processes cannot see a ContextVar, so this module also owns ``CLEANFLUSH`` in
-``os.environ``: a *base* value that install/uninstall set, and, while cleanflush is
-installed, an overlay naming the newest block still open in any thread.  A child started
-inside a block autoloads cleanflush (``cleanflush.pth``) with the block's policy; a process
-where cleanflush is off never turns it on in its children.
+Child processes cannot see a ContextVar, so this module also writes ``CLEANFLUSH``: a *base*
+value that install/uninstall set, and, while cleanflush is installed, an overlay naming the
+newest block still open in any thread.  A child started inside a block autoloads cleanflush
+(``cleanflush.pth``) with the block's policy; a process where cleanflush is off never turns
+it on in its children.
 """
 
 from __future__ import annotations
@@ -19,30 +21,24 @@ import threading
 from contextvars import ContextVar
 from types import TracebackType
 
-ENV_VAR = "CLEANFLUSH"
-POLICIES = ("write-read", "read", "write")
-# The specification's default: the stock write, then a clean read (see README, Policies,
-# for the trade-off against `read`).
-DEFAULT_POLICY = "write-read"
+from ._env import DEFAULT_POLICY, POLICIES, POLICY_VAR
+from ._state import STATE
+
+__all__ = ["DEFAULT_POLICY", "POLICIES", "check", "current_policy", "default", "export", "policy", "set_default"]
 
 
 class _Entry:
     """One entering of a ``policy`` block."""
 
-    __slots__ = ("owner", "name")
+    __slots__ = ("owner", "name", "thread", "open")
 
     def __init__(self, owner: policy, name: str) -> None:
-        self.owner = owner
-        self.name = name
+        self.owner, self.name = owner, name
+        self.thread = threading.get_ident()
+        self.open = True
 
 
 _open_here: ContextVar[tuple[_Entry, ...]] = ContextVar("cleanflush_blocks", default=())
-_default = DEFAULT_POLICY
-
-_env_lock = threading.Lock()
-_open_anywhere: list[_Entry] = []  # every open block, oldest first, in any thread
-_exporting = False  # True while installed: only then do blocks show in the environment
-_base: str | None = None  # CLEANFLUSH as install/uninstall want it (None: unset)
 
 
 def check(name: str) -> str:
@@ -55,36 +51,60 @@ def check(name: str) -> str:
 
 
 def current_policy() -> str:
-    """The policy a flush started now, in this context, would use."""
-    blocks = _open_here.get()
-    return blocks[-1].name if blocks else _default
+    """The policy a flush started now, in this context, would run: ``write`` (the stock
+    flush) while cleanflush is not installed."""
+    if not STATE.installed:
+        return "write"
+    return selected()
+
+
+def selected() -> str:
+    """The policy the blocks open in this context select, else the process default."""
+    for entry in reversed(_open_here.get()):
+        if entry.open:
+            return entry.name
+    return STATE.default_policy
 
 
 def default() -> str:
     """The process default policy."""
-    return _default
+    return STATE.default_policy
 
 
 def set_default(name: str) -> None:
-    global _default
-    _default = check(name)
+    STATE.default_policy = check(name)
 
 
 def export(installed: bool, base: str | None) -> None:
     """Set what ``CLEANFLUSH`` says when no block is open (install/uninstall call this)."""
-    global _exporting, _base
-    with _env_lock:
-        _exporting, _base = installed, base
+    with STATE.env_lock:
+        STATE.exporting, STATE.env_base = installed, base
         _write_env()
 
 
 def _write_env() -> None:
-    """Called under ``_env_lock``.  While uninstalled, blocks leave the environment alone."""
-    value = _open_anywhere[-1].name if _exporting and _open_anywhere else _base
+    """Called under the env lock.  While uninstalled, blocks leave the environment alone."""
+    blocks = STATE.open_blocks
+    value = blocks[-1].name if STATE.exporting and blocks else STATE.env_base
     if value is None:
-        os.environ.pop(ENV_VAR, None)
+        os.environ.pop(POLICY_VAR, None)
     else:
-        os.environ[ENV_VAR] = value
+        os.environ[POLICY_VAR] = value
+
+
+def _forget_other_threads() -> None:
+    """In a forked child: only the forking thread lives on, so the blocks other threads had
+    open are closed (after ``_state`` has given the child fresh locks)."""
+    me = threading.get_ident()
+    gone = [e for e in STATE.open_blocks if e.thread != me]
+    for entry in gone:
+        entry.open = False
+        STATE.open_blocks.remove(entry)
+    if gone and STATE.exporting:
+        _write_env()
+
+
+os.register_at_fork(after_in_child=_forget_other_threads)
 
 
 class policy:
@@ -104,9 +124,9 @@ class policy:
     def __enter__(self) -> str:
         entry = _Entry(self, self.name)
         _open_here.set(_open_here.get() + (entry,))
-        with _env_lock:
-            _open_anywhere.append(entry)
-            if _exporting:
+        with STATE.env_lock:
+            STATE.open_blocks.append(entry)
+            if STATE.exporting:
                 _write_env()
         return self.name
 
@@ -117,19 +137,20 @@ class policy:
         tb: TracebackType | None,
     ) -> None:
         blocks = _open_here.get()
-        mine = [e for e in blocks if e.owner is self]
-        with _env_lock:
-            entry: _Entry | None
-            if mine:
-                entry = mine[-1]
-            else:  # exited in another thread or task than it was entered in
-                entry = next((e for e in reversed(_open_anywhere) if e.owner is self), None)
-            if entry is not None and entry in _open_anywhere:
-                _open_anywhere.remove(entry)
-            if _exporting:
+        here = [e for e in blocks if e.owner is self and e.open]
+        with STATE.env_lock:
+            # ended in another thread or task than it began in (a generator finalised there):
+            # the newest open entry of this block anywhere
+            entry = here[-1] if here else next(
+                (e for e in reversed(STATE.open_blocks) if e.owner is self and e.open), None)
+            if entry is not None:
+                entry.open = False
+                if entry in STATE.open_blocks:
+                    STATE.open_blocks.remove(entry)
+            if STATE.exporting:
                 _write_env()
-        if mine:
-            _open_here.set(tuple(e for e in blocks if e is not mine[-1]))
+        if here:
+            _open_here.set(tuple(e for e in blocks if e.open))
 
     def __repr__(self) -> str:
         return f"cleanflush.policy({self.name!r})"

@@ -1,44 +1,62 @@
-"""What cleanflush remembers at run time about targets, flushes and warnings.
+"""Everything cleanflush remembers in a process, in one object, with one reset.
 
-The active policy and ``CLEANFLUSH`` belong to ``_policy``; the read buffers to ``_flush``;
-the applied patches to each patch module.  ``reset_for_tests`` clears what tests must not
-carry from one to the next.
+``STATE`` holds what the rest of the package reads and writes: whether it is installed,
+the status of every patched site, the flush counters, the warnings given, the read buffers,
+the applied patches, the process-wide side of the policy, and the locks that guard them.
+A forked child gets fresh locks (another thread may have held one at the fork) and counts
+only its own flushes.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import wrapt
 
-from ._policy import ENV_VAR
+from . import _env
+
+State = Literal["patched", "pending", "disabled", "unsupported", "failed", "absent", "off"]
+STATES: tuple[State, ...] = ("patched", "pending", "disabled", "unsupported", "failed", "absent", "off")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TargetStatus:
-    """One row of ``cleanflush.status()``: a place where a benchmarker flushes L2."""
+    """One row of ``cleanflush.status()``: a place where a benchmarker flushes L2.
 
-    target: str  # what is patched, e.g. "triton CudaDriver.clear_cache"
-    package: str  # "triton" or "torch"
-    version: str | None  # installed version, None when the package is not installed
-    patched: bool
-    detail: str  # what the patched target does, or why it is not patched
+    ``state`` is one of: ``patched`` (it flushes through cleanflush), ``pending`` (installed,
+    not imported yet: patched when it is), ``disabled`` (by ``CLEANFLUSH_DISABLE``),
+    ``unsupported`` (a layout cleanflush does not know: stock flush kept), ``failed`` (the
+    patch or a flush failed: stock flush kept), ``absent`` (not installed), ``off``
+    (cleanflush is not installed).
+    """
+
+    name: str  # the target, as CLEANFLUSH_DISABLE names it: "triton", "inductor", ...
+    target: str  # the site, e.g. "triton.backends.nvidia.driver.CudaDriver.clear_cache"
+    version: str | None  # the installed version of the target's package
+    state: State
+    detail: str  # what the patched site does, or why it is not patched
+
+    @property
+    def patched(self) -> bool:
+        return self.state == "patched"
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "package": self.package,
-            "version": self.version,
-            "patched": self.patched,
-            "detail": self.detail,
-        }
+        return {"name": self.name, "target": self.target, "version": self.version, "state": self.state,
+                "patched": self.patched, "detail": self.detail}
+
+
+class Site(NamedTuple):
+    """What a patch module's ``apply`` says about one site."""
+
+    target: str
+    state: State
+    detail: str
 
 
 @dataclass
@@ -46,50 +64,95 @@ class _State:
     installed: bool = False
     source: str | None = None  # "import", "install()", "autoload"
     env_before_install: str | None = None
-    # target name -> the row status() reports for it
-    targets: dict[str, TargetStatus] = field(default_factory=dict)
-    # (target, policy that ran) -> number of flushes run through our wrappers; a flush
-    # whose read failed counts as the stock write it fell back to
+    hooks_registered: bool = False  # once per process, also across importlib.reload(cleanflush)
+    pid: int = field(default_factory=os.getpid)
+    # target name -> site -> its row
+    sites: dict[str, dict[str, TargetStatus]] = field(default_factory=dict)
+    # (counter label, policy that ran) -> flushes run through our wrappers in this process; a
+    # flush whose read failed counts as the stock write it fell back to
     flushes: Counter[tuple[str, str]] = field(default_factory=Counter)
     warned: set[str] = field(default_factory=set)
-    # device -> why its read buffer could not be prepared (not retried)
+    # device -> why its read buffer could not be prepared (not retried) / why the read kernel
+    # could not be built there (torch's sum reads instead)
     read_unavailable: dict[str, str] = field(default_factory=dict)
-    # device -> why the named read kernel could not be built there (torch's sum reads instead)
     sweep_unavailable: dict[str, str] = field(default_factory=dict)
-    # once per process, also across importlib.reload(cleanflush)
-    hooks_registered: bool = False
+    # label -> why its flushes ran the stock code after a surprise (said once, shown by status)
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    buffers: dict[Any, Any] = field(default_factory=dict)  # device -> _flush.ReadBuffer
+    tensor_classes: dict[str, type] = field(default_factory=dict)  # label -> its flushing tensor class
+    patches: dict[str, Any] = field(default_factory=dict)  # target name -> _patching.PatchSet
+    made: dict[tuple[int, str], Any] = field(default_factory=dict)  # (id(owner), name) -> Patch, ever made
+    # the policy's process-wide side (_policy): the default, every block open in any thread
+    # (oldest first), whether blocks show in CLEANFLUSH, and CLEANFLUSH without blocks
+    default_policy: str = _env.DEFAULT_POLICY
+    open_blocks: list[Any] = field(default_factory=list)
+    exporting: bool = False
+    env_base: str | None = None
+    # _local_buffer: benchmarks waiting for their buffer in any thread, and torch.empty before the swap
+    waiting: int = 0
+    stock_empty: Any = None
+    reported: bool = False  # this process's CLEANFLUSH_REPORT line is written
+    # locks: LOCK for the fields above, and one each for the read buffers, CLEANFLUSH and torch.empty
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    buffer_lock: threading.Lock = field(default_factory=threading.Lock)
+    env_lock: threading.Lock = field(default_factory=threading.Lock)
+    empty_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 STATE = _State()
-LOCK = threading.RLock()
 
 
-def record(row: TargetStatus) -> None:
-    with LOCK:
-        STATE.targets[row.target] = row
+def reset() -> None:
+    """Forget what tests must not carry from one to the next: rows, counts, warnings, failed
+    devices, the policy default.  Call it with cleanflush uninstalled (patches and read
+    buffers are undone and released by ``uninstall``)."""
+    with STATE.lock:
+        STATE.sites.clear()
+        STATE.flushes.clear()
+        STATE.warned.clear()
+        STATE.read_unavailable.clear()
+        STATE.sweep_unavailable.clear()
+        STATE.fallbacks.clear()
+        STATE.default_policy = _env.DEFAULT_POLICY
+        STATE.reported = False
 
 
-def not_loaded_row(name: str, package: str, version: str | None) -> TargetStatus:
-    """The row for a target with nothing to report yet: not installed, or not imported."""
-    if version is None:
-        return TargetStatus(name, package, None, False, f"{package} is not installed")
-    detail = "not imported yet; patched when it is" if STATE.installed else "cleanflush is not installed"
-    return TargetStatus(name, package, version, False, detail)
+def _after_fork_in_child() -> None:
+    # Another thread may have held any of the locks at the fork: the child would wait forever.
+    STATE.lock = threading.RLock()
+    STATE.buffer_lock = threading.Lock()
+    STATE.env_lock = threading.Lock()
+    STATE.empty_lock = threading.Lock()
+    # The child reports its own flushes, not the parent's again.
+    STATE.pid = os.getpid()
+    STATE.flushes = Counter()
+    STATE.reported = False
 
 
-def mark_uninstalled(package: str) -> None:
-    """After a revert: the package's patched rows say so."""
-    with LOCK:
-        for name, row in list(STATE.targets.items()):
-            if row.package == package and row.patched:
-                STATE.targets[name] = TargetStatus(row.target, row.package, row.version, False, "uninstalled")
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def count_flush(target: str, ran: str) -> None:
+def record(name: str, site: Site, version: str | None = None) -> None:
+    """Set the status row of one site of target ``name`` (``version``: the target's, as the
+    rows already recorded for it say when not given)."""
+    with STATE.lock:
+        rows = STATE.sites.setdefault(name, {})
+        if version is None:
+            version = next((row.version for row in rows.values() if row.version), None)
+        rows[site.target] = TargetStatus(name, site.target, version, site.state, site.detail)
+
+
+def sites(name: str) -> list[TargetStatus]:
+    """The rows recorded for target ``name`` now (patch modules ask about each other)."""
+    with STATE.lock:
+        return list(STATE.sites.get(name, {}).values())
+
+
+def count_flush(label: str, ran: str) -> None:
     """Count a flush under the policy that actually ran, after it ran."""
-    # Counter += is not atomic across threads; a lost count is harmless, a lock per
-    # flush is not free, so none is taken here.
-    STATE.flushes[(target, ran)] += 1
+    # Counter += is not atomic across threads; a lost count is harmless, a lock per flush
+    # is not free, so none is taken here.
+    STATE.flushes[(label, ran)] += 1
 
 
 def warn_once(key: str, message: str) -> None:
@@ -99,68 +162,32 @@ def warn_once(key: str, message: str) -> None:
     would become an exception inside the user's benchmark or import, so it goes to stderr
     instead.
     """
-    with LOCK:
+    with STATE.lock:
         if key in STATE.warned:
             return
         STATE.warned.add(key)
     text = f"cleanflush: {message}"
     try:
         warnings.warn(text, RuntimeWarning, stacklevel=_first_frame_outside())
-    except Exception:
+    except Exception:  # a warnings filter set to "error": the same line, on stderr
         try:
             print(f"{text} (RuntimeWarning, shown here because warnings are errors)", file=sys.stderr)
-        except Exception:
+        except OSError:  # no stderr to say it on: nothing else can be done
             pass
 
 
 _OURS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, wrapt.__file__))
 
 
+def _ours(filename: str) -> bool:
+    # import machinery too: a patch applied by an import hook points at the user's import line
+    return filename.startswith("<frozen importlib") or os.path.abspath(filename).startswith(_OURS)
+
+
 def _first_frame_outside() -> int:
-    """The stacklevel of the first caller outside cleanflush (and wrapt): the warning then
-    points at the user's or the harness's line that led to it, not at ours."""
+    """The stacklevel of the first caller outside cleanflush, wrapt and the import system:
+    the warning then points at the user's or the harness's line that led to it."""
     level, frame = 2, sys._getframe(2)  # 1: warnings.warn's caller (warn_once); 2: its caller
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_OURS):
+    while frame.f_back is not None and _ours(frame.f_code.co_filename):
         level, frame = level + 1, frame.f_back
     return level
-
-
-def reset_for_tests() -> None:
-    """Forget counts, warnings, failed devices and status rows (install records them again)."""
-    with LOCK:
-        STATE.targets.clear()
-        STATE.flushes.clear()
-        STATE.warned.clear()
-        STATE.read_unavailable.clear()
-        STATE.sweep_unavailable.clear()
-
-
-REPORT_VAR = "CLEANFLUSH_REPORT"
-ENV_AT_START = os.environ.get(ENV_VAR)
-
-
-def write_report(path: str) -> None:
-    """Append one JSON line about this process: which flushes ran, under which policy.
-
-    Registered at exit when ``CLEANFLUSH_REPORT`` names a file, so that processes nobody
-    can inspect (Inductor's autotuning workers) leave evidence of what they did.
-    """
-    if not STATE.flushes:
-        return
-    line = {
-        "pid": os.getpid(),
-        "ppid": os.getppid(),
-        "argv": sys.argv,
-        "source": STATE.source,
-        # what this process was started with and its default: a worker that outlived a
-        # policy block (forkserver, a pool) shows here with the policy it really used
-        "env_at_start": ENV_AT_START,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "flushes": {f"{target} | {policy}": n for (target, policy), n in sorted(STATE.flushes.items())},
-        "patched": sorted(row.target for row in STATE.targets.values() if row.patched),
-    }
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
-    except OSError as exc:
-        print(f"cleanflush: could not write {REPORT_VAR}={path!r}: {exc}", file=sys.stderr)

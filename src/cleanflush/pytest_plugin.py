@@ -4,15 +4,18 @@
     pytest_plugins = ["cleanflush.pytest_plugin"]
 
 Enabling it installs cleanflush in the test process (its children follow through
-``CLEANFLUSH``). Then:
+``CLEANFLUSH``), unless ``CLEANFLUSH=0``: then nothing is patched and every test runs
+stock.  Then, the innermost choice wins:
 
-* ``--cleanflush=POLICY``: the default policy for the whole run.
-* ``@pytest.mark.cleanflush("read")``: one test runs under that policy.
-* the ``cleanflush_policy`` fixture: the test body runs inside ``cleanflush.policy(...)``
-  and gets its name; parametrize it for an A/B run of the same benchmark::
+* ``--cleanflush=POLICY``: the default policy for the whole run;
+* ``@pytest.mark.cleanflush("read")`` (on a test, class or module): that policy;
+* the ``cleanflush_policy`` fixture, parametrized indirectly: the test body runs inside
+  ``cleanflush.policy(param)`` and gets its name; an A/B run of the same benchmark::
 
       @pytest.mark.parametrize("cleanflush_policy", ["write", "write-read"], indirect=True)
       def test_gemm(cleanflush_policy, benchmark): ...
+
+A bad policy name or marker is a usage error naming the valid ones.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import pytest
 import cleanflush
 
 from . import _policy
+
+FORMS = f"@pytest.mark.cleanflush(POLICY) with POLICY one of {', '.join(_policy.POLICIES)}"
 
 
 def _policy_option(text: str) -> str:
@@ -47,15 +52,40 @@ def _marked(item: pytest.Item) -> str | None:
     marker = item.get_closest_marker("cleanflush")
     if marker is None:
         return None
-    if len(marker.args) != 1 or marker.kwargs:
-        raise pytest.UsageError(f"{item.nodeid}: use @pytest.mark.cleanflush(POLICY) with one of "
-                                f"{', '.join(_policy.POLICIES)}")
-    return _policy.check(marker.args[0])
+    if len(marker.args) != 1 or marker.kwargs or not isinstance(marker.args[0], str):
+        raise pytest.UsageError(f"{item.nodeid}: use {FORMS}")
+    try:
+        return _policy.check(marker.args[0])
+    except ValueError as exc:
+        raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+
+
+def _parameter(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "cleanflush_policy" not in callspec.params:
+        return None
+    value = callspec.params["cleanflush_policy"]
+    try:
+        return _policy.check(value)
+    except ValueError:
+        raise pytest.UsageError(f"{item.nodeid}: the cleanflush_policy parameter {value!r} is not a policy; "
+                                f"valid: {', '.join(_policy.POLICIES)}") from None
+
+
+def chosen(item: pytest.Item) -> str | None:
+    """The policy a test runs under: its parameter, else its marker (None: the run's default)."""
+    return _parameter(item) or _marked(item)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:  # every misuse is a usage error before any test runs
+        _marked(item)
+        _parameter(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[Any]:
-    name = _marked(item)
+    name = chosen(item)
     if name is None:
         yield
         return
@@ -64,9 +94,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[Any]:
 
 
 @pytest.fixture
-def cleanflush_policy(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The test body runs under this policy: the indirect parameter, else the test's
+def cleanflush_policy(request: pytest.FixtureRequest) -> str:
+    """The policy the test body runs under: the indirect parameter, else the test's
     ``cleanflush`` marker, else the run's default."""
-    name = getattr(request, "param", None) or _marked(request.node) or cleanflush.current_policy()
-    with cleanflush.policy(name) as active:
-        yield active
+    return chosen(request.node) or cleanflush.current_policy()

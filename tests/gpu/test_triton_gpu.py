@@ -87,7 +87,7 @@ def test_do_bench_cudagraph_proton_runs_patched(gemm):
 def test_timed_gemm_writes_almost_nothing_under_ncu():
     calls = 3
     flushes = ("stock", "write-read", "read")
-    kernels = _measure.ncu_write_bytes(_measure.ncu_script(N, K, "bfloat16", 0, calls, flushes))
+    kernels = _measure.ncu_write_bytes(_measure.verify_program(N, K, "bfloat16", 0, calls, flushes))
     print("\n".join(f"{b / 1e6:8.3f} MB  {name[:70]}" for name, b in kernels))
     stock, patched, read = _measure.split_phases(kernels, calls, len(flushes))
     print(f"per timed GEMM: read {read / 1e6:.3f} MB")

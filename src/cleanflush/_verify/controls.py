@@ -5,25 +5,28 @@ Each control breaks the flush the way a real bug would, and leaves the rest of t
 evidence as that bug would leave it:
 
 * ``control: stock write``: the ``write`` policy; nothing is cleaned.
-* ``control: read of the zeroed tail``: writes, then reads back the last half-L2 of the
-  buffer it just zeroed.  Those lines are still in L2 and dirty; a hit leaves them dirty.
-  It counts itself as ``write-read``, so only the timing and Nsight Compute can catch it.
+* ``control: read of the zeroed tail``: the real write-read flush whose read sums the last
+  half-L2 of the buffer it just zeroed.  Those lines are still in L2 and dirty; a hit leaves
+  them dirty.  It counts itself as ``write-read``, so only the timing and Nsight Compute can
+  catch it.
 * ``control: read of half the L2``: the real write-read flush with its read cut to L2 / 2,
   too little to evict the dirty lines; counted as ``write-read`` too.
 * ``control: read that falls back``: the real ``read`` policy whose read raises; it runs
   the stock write and is counted as ``write`` (so the flush evidence must catch it).
+
+Each breaks the read through the flush's one seam (``_flush.read_region``), so the rest of
+the flush, its counting and its fallback run as they do for users.
 """
 
 from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import cleanflush
 
 from .. import _flush
-from .._state import count_flush
 
 STOCK = "stock"
 CONTROLS = (
@@ -41,28 +44,17 @@ CLAIMS = {
 }
 
 
-@contextlib.contextmanager
-def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
-def _tail_read_flush(cache: Any, write: Callable[[], Any], target: str) -> Any:
+def _zeroed_tail(cache: Any, region: Any, l2: int) -> Any:
     import torch
 
-    result = write()
-    l2 = _flush.l2_bytes(cache.device)
-    tail = cache.view(torch.float32)[-(l2 // 2 // 4):]
-    tail.sum()
-    count_flush(target, "write-read")
-    return result
+    return cache.view(torch.float32)[-(l2 // 2 // 4):]
 
 
-def _failing_read(device: Any, nbytes: int) -> None:
+def _half_the_l2(cache: Any, region: Any, l2: int) -> Any:
+    return region[: l2 // 2 // 4]
+
+
+def _failing(cache: Any, region: Any, l2: int) -> Any:
     raise RuntimeError("negative control: the read fails")
 
 
@@ -76,13 +68,13 @@ def flushing(name: str) -> Iterator[None]:
         with cleanflush.policy(name):
             yield
     elif name == "control: read of the zeroed tail":
-        with cleanflush.policy("write-read"), _replaced(_flush, "flush", _tail_read_flush):
+        with cleanflush.policy("write-read"), _flush.read_region(_zeroed_tail):
             yield
     elif name == "control: read of half the L2":
-        with cleanflush.policy("write-read"), _replaced(_flush, "read_bytes", lambda l2, written: l2 // 2):
+        with cleanflush.policy("write-read"), _flush.read_region(_half_the_l2):
             yield
     elif name == "control: read that falls back":
-        with cleanflush.policy("read"), _replaced(_flush, "read", _failing_read), warnings.catch_warnings():
+        with cleanflush.policy("read"), _flush.read_region(_failing), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the fallback warning is the point here, not news
             yield
     else:

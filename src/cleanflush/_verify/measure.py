@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 import cleanflush
 
-from .._state import STATE
 from .controls import CONTROLS, STOCK, flushing
 from .probe import GpuProbe
 from .verdict import new_record
@@ -61,9 +60,9 @@ def _load(options: Options) -> tuple[Any, Any]:
 
 def _counted(run: Callable[[], float], into: dict[str, int]) -> float:
     """``run()``, adding the flushes it made to ``into`` ("target | policy" -> n)."""
-    before = dict(STATE.flushes)
+    before = cleanflush.flush_counts()
     value = run()
-    for (target, policy), n in STATE.flushes.items():
+    for (target, policy), n in cleanflush.flush_counts().items():
         if n > before.get((target, policy), 0):
             key = f"{target} | {policy}"
             into[key] = into.get(key, 0) + n - before.get((target, policy), 0)
@@ -151,7 +150,7 @@ def _ncu(options: Options, names: list[str]) -> dict[str, Any]:
     calls = 3
     try:
         kernels = _measure.ncu_write_bytes(
-            _measure.ncu_script(options.n, options.k, options.dtype, options.device, calls, tuple(names)))
+            _measure.verify_program(options.n, options.k, options.dtype, options.device, calls, tuple(names)))
         per_call = _measure.split_phases(kernels, calls, len(names))
     except Exception as exc:
         return {"error": str(exc)}

@@ -21,7 +21,7 @@ from .._stats import quartiles
 from .controls import CLAIMS, CONTROLS
 
 SCHEMA = 2
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
+PASSING = ("PASS", "NO-PENALTY")  # the results a command exits 0 on
 
 PASS_SHARE = 0.6  # a clean flush removes at least this share of the stock penalty
 NCU_DIRTY_MB = 1.0  # the timed GEMM writing more than this after the flush is write-back
@@ -177,8 +177,7 @@ def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
 
 
 def _verdict(result: str, reasons: list[str], margin: float | None) -> dict[str, Any]:
-    code = EXIT_FAIL if result == "FAIL" else EXIT_PASS
-    return {"result": result, "exit_code": code, "reasons": reasons, "margin": margin}
+    return {"result": result, "reasons": reasons, "margin": margin}
 
 
 def judge(record: dict[str, Any]) -> dict[str, Any]:
@@ -198,10 +197,9 @@ def judge_controls(record: dict[str, Any]) -> dict[str, Any]:
     verdicts = {name: judge_candidate(record, name) for name in record["candidates"]}
     wrong = [name for name, v in verdicts.items() if v["result"] != expected(name)]
     result = "PASS" if not wrong else "FAIL"
-    return {"result": result, "exit_code": EXIT_PASS if not wrong else EXIT_FAIL, "candidates": verdicts,
-            "wrong": wrong}
+    return {"result": result, "candidates": verdicts, "wrong": wrong}
 
 
 def _why_not(target: str, record: dict[str, Any]) -> list[str]:
-    rows = [r for r in record["targets"] if r["package"] == target and not r["patched"]]
+    rows = [r for r in record["targets"] if r["name"] == target and not r["patched"]]
     return [f"  {r['target']}: {r['detail']}" for r in rows]

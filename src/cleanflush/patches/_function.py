@@ -2,8 +2,8 @@
 time (``kernelbench.timing.clear_l2_cache``, ``deep_ep.utils.testing.flush_l2_cache``,
 ``sol_execbench.core.bench.timing._clear_cache``): the function is wrapped in its module, so
 every caller that reads the module global gets the policy; the stock write stays the
-harness's own code.  One instance per harness module, each with the interface of a patch
-module (NAME, PACKAGE, HOOKS, apply, revert, status).
+harness's own code.  One instance per harness module, giving that patch module its
+``apply`` and ``revert``.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import sys
 from typing import Any, Callable
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
+from .._state import Site
 
-# (wrapped, args, kwargs) -> what the flush should do: None to run the stock code untouched,
-# else (device, bytes the stock write writes)
+# (args, kwargs) of a call -> None where the harness asked for no flush, else (device, bytes
+# the stock write writes); raises for a call shape it does not know
 Where = Callable[[tuple[Any, ...], dict[str, Any]], "tuple[Any, int] | None"]
 
 
@@ -23,54 +23,41 @@ class ModuleFunction:
     # what its status row says when patched, before the commit it was checked against
     PATCHED = "the flush its benchmarks call"
 
-    def __init__(self, name: str, package: str, module: str, attr: str, where: Where | None, checked: str,
+    def __init__(self, name: str, module: str, attr: str, where: Where | None, checked: str,
                  reexported_by: str | None = None) -> None:
-        self.NAME = name  # as CLEANFLUSH_DISABLE names it
-        self.PACKAGE = package  # the distribution, for its version
-        # a module that star-imports the function (patched too: callers import it from there)
-        self.HOOKS = (module,) + ((reexported_by,) if reexported_by else ())
+        self.name = name  # the registry's name, and the label its flushes are counted under
         self.module, self.attr, self.where, self.checked = module, attr, where, checked
+        # a module that star-imports the function (patched too: callers import it from there)
         self.reexported_by = reexported_by
         self.target = f"{module}.{attr}"
-        self._patches = _patching.PatchSet()
 
     def missing(self) -> str:
         return f"{self.module} has no function {self.attr}"
 
     def _wrapper(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        assert self.where is not None  # subclasses without one replace this wrapper
         try:
-            where = self.where(args, kwargs) if self.where is not None else None
-        except Exception:
-            where = None
-        if where is None:  # a call shape we do not know, or a flush switched off: stock
+            where = self.where(args, kwargs)
+        except Exception as exc:  # a call shape we do not know: the stock code with the caller's arguments
+            return _flush.fall_back(self.name, f"{self.target} was called in a way cleanflush does not know "
+                                    f"({exc!r})", lambda: wrapped(*args, **kwargs))
+        if where is None:  # the harness asked for no flush
             return wrapped(*args, **kwargs)
         device, written = where
-        return _flush.around(lambda: wrapped(*args, **kwargs), device, written, self.NAME)
+        return _flush.around(lambda: wrapped(*args, **kwargs), device, written, self.name)
 
-    def version(self) -> str | None:
-        from . import installed_version
-
-        return installed_version(self.PACKAGE)
-
-    def apply(self) -> None:
+    def apply(self) -> list[Site]:
         module = sys.modules.get(self.module)
         if module is None:
-            return
-        if callable(vars(module).get(self.attr)):
-            patch = self._patches.wrap(module, self.attr, self._wrapper)
-            reexports = sys.modules.get(self.reexported_by or "")
-            if reexports is not None:
-                self._patches.wrap_alias(reexports, self.attr, patch, self._wrapper)
-            record(TargetStatus(self.target, self.NAME, self.version(), True, f"{self.PATCHED}; {self.checked}"))
-        else:
-            record(TargetStatus(self.target, self.NAME, self.version(), False,
-                                f"unsupported: {self.missing()}; stock flush kept"))
+            return []
+        if not callable(vars(module).get(self.attr)):
+            return [Site(self.target, "unsupported", f"{self.missing()}; stock flush kept")]
+        patches = _patching.patch_set(self.name)
+        patch = patches.wrap(module, self.attr, self._wrapper)
+        reexports = sys.modules.get(self.reexported_by or "")
+        if reexports is not None:
+            patches.wrap_alias(reexports, self.attr, patch, self._wrapper)
+        return [Site(self.target, "patched", f"{self.PATCHED}; {self.checked}")]
 
     def revert(self) -> None:
-        self._patches.revert()
-        mark_uninstalled(self.NAME)
-
-    def status(self) -> list[TargetStatus]:
-        # its own rows, and those install() records under its distribution (disabled, failed)
-        rows = [row for row in STATE.targets.values() if row.package in (self.NAME, self.PACKAGE)]
-        return rows or [not_loaded_row(self.target, self.NAME, self.version())]
+        _patching.patch_set(self.name).revert()

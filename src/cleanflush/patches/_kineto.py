@@ -16,7 +16,7 @@ import inspect
 from typing import Any, Callable
 
 from .. import _flush
-from .._state import warn_once
+from .._policy import current_policy
 from ._function import ModuleFunction
 
 FLUSH_BYTES = int(8e9 // 4) * 4  # its int32 buffer of 8e9 bytes, on the current CUDA device
@@ -49,21 +49,20 @@ class BenchKineto(ModuleFunction):
 
     PATCHED = "the read runs between its 8 GB write and each call"
 
-    def __init__(self, name: str, package: str, module: str, checked: str, reexported_by: str | None = None,
+    def __init__(self, name: str, module: str, checked: str, reexported_by: str | None = None,
                  device: Callable[[], Any] = cuda_device) -> None:
-        super().__init__(name, package, module, "bench_kineto", None, checked, reexported_by)
+        super().__init__(name, module, "bench_kineto", None, checked, reexported_by)
         self.device = device
 
     def missing(self) -> str:
         return f"{self.module} has no bench_kineto"
 
     def _stock(self, why: str, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        warn_once(f"kineto:{self.target}:{why}", f"{self.target} runs stock: {why}")
-        return wrapped(*args, **kwargs)
+        """The whole benchmark stock (its flushes cannot be counted one by one)."""
+        return _flush.fall_back(self.name, f"{self.target} runs stock: {why}", lambda: wrapped(*args, **kwargs),
+                                counted=False)
 
     def _wrapper(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        from .._policy import current_policy
-
         try:
             call = inspect.signature(wrapped).bind(*args, **kwargs)
         except (TypeError, ValueError):
@@ -83,10 +82,10 @@ class BenchKineto(ModuleFunction):
         try:
             device = self.device()
             sweep = _flush.prepare(device).sweep
-        except Exception as exc:
+        except Exception as exc:  # no CUDA device, or no read buffer: the benchmark as it was
             return self._stock(f"no read buffer ({exc})", wrapped, args, kwargs)
         if sweep is None and device.type == "cuda":
             return self._stock(f"the read kernel {_flush.READ_KERNEL} is unavailable, and torch's sum "
                                "would be picked by kernel-name filters", wrapped, args, kwargs)
-        given["fn"] = clean_fn(given["fn"], device, self.NAME)
+        given["fn"] = clean_fn(given["fn"], device, self.name)
         return wrapped(*call.args, **call.kwargs)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from .. import _flush
-from .._state import TargetStatus, record, warn_once
+from .._state import STATE, Site, record, warn_once
 
 Match = Callable[[Any], bool]  # is this freshly allocated tensor the harness's flush buffer?
 
@@ -31,20 +31,19 @@ class _Wait:
         self.match, self.target, self.caught = match, target, False
 
 
-_lock = threading.Lock()
-_local = threading.local()  # .waits: this thread's benchmarks still waiting, innermost last
-_waiting = 0  # waits not yet caught, all threads
-_stock_empty: Any = None  # torch.empty as it was when the swap began
+# .waits: this thread's benchmarks still waiting, innermost last (the count of all threads'
+# waits and the stock torch.empty are process state: STATE.waiting, STATE.stock_empty)
+_local = threading.local()
 
 
 def _empty(*args: Any, **kwargs: Any) -> Any:
-    tensor = _stock_empty(*args, **kwargs)
+    tensor = STATE.stock_empty(*args, **kwargs)
     waits = getattr(_local, "waits", None)
     if waits and not waits[-1].caught:
         wait = waits[-1]
         try:
             matched = wait.match(tensor)
-        except Exception:
+        except Exception:  # an allocation the match cannot read (a shape it did not expect): not it
             matched = False
         if matched:
             wait.caught = True
@@ -55,13 +54,12 @@ def _empty(*args: Any, **kwargs: Any) -> Any:
 
 def _release() -> None:
     """One wait fewer; the last one puts the stock ``torch.empty`` back."""
-    global _waiting
     import torch
 
-    with _lock:
-        _waiting -= 1
-        if _waiting == 0 and torch.empty is _empty:  # someone else's replacement stays
-            torch.empty = _stock_empty
+    with STATE.empty_lock:
+        STATE.waiting -= 1
+        if STATE.waiting == 0 and torch.empty is _empty:  # someone else's replacement stays
+            torch.empty = STATE.stock_empty
 
 
 def waiting(target: str) -> bool:
@@ -74,15 +72,14 @@ def waiting(target: str) -> bool:
 def handing_out(match: Match, target: str) -> Iterator[_Wait]:
     """Within the block, this thread's first ``torch.empty`` that ``match`` accepts comes
     back as a flushing tensor counted under ``target``; ``caught`` says whether one did."""
-    global _waiting, _stock_empty
     import torch
 
     wait = _Wait(match, target)
-    with _lock:
-        if _waiting == 0 and torch.empty is not _empty:
-            _stock_empty = torch.empty
+    with STATE.empty_lock:
+        if STATE.waiting == 0 and torch.empty is not _empty:
+            STATE.stock_empty = torch.empty
             torch.empty = _empty
-        _waiting += 1
+        STATE.waiting += 1
     waits = _local.__dict__.setdefault("waits", [])
     waits.append(wait)
     try:
@@ -93,9 +90,10 @@ def handing_out(match: Match, target: str) -> Iterator[_Wait]:
             _release()
 
 
-def run(call: Callable[[], Any], match: Match, target: str, where: str, package: str, version: str | None) -> Any:
-    """Run the benchmark ``call`` (the stock function ``where``) handing out its buffer; if
-    it made none that ``match`` accepts, its stock flush ran: said once, and in status."""
+def run(call: Callable[[], Any], match: Match, target: str, where: str) -> Any:
+    """Run the benchmark ``call`` (the stock function ``where`` of target ``target``) handing
+    out its buffer; if it made none that ``match`` accepts, its stock flush ran: said once,
+    and in status."""
     if waiting(target):  # a nested call of the same harness: the outer one is waiting
         return call()
     with handing_out(match, target) as wait:
@@ -103,5 +101,5 @@ def run(call: Callable[[], Any], match: Match, target: str, where: str, package:
     if not wait.caught:
         why = "made no flush buffer of the shape cleanflush knows; its stock flush ran"
         warn_once(f"local-buffer:{where}", f"{where} {why}")
-        record(TargetStatus(where, package, version, False, f"unsupported: {why}"))
+        record(target, Site(where, "unsupported", why))
     return result

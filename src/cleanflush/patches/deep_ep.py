@@ -23,7 +23,6 @@ def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | N
         else torch.device("cpu"), FLUSH_BYTES
 
 
-TARGET = ModuleFunction("deep-ep", "deep_ep", "deep_ep.utils.testing", "flush_l2_cache", _where,
+TARGET = ModuleFunction("deep-ep", "deep_ep.utils.testing", "flush_l2_cache", _where,
                         "checked against DeepEP 855fa9d's layout")
-NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
-apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status
+apply, revert = TARGET.apply, TARGET.revert

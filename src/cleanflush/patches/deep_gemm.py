@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from ._kineto import BenchKineto
 
-TARGET = BenchKineto("deep-gemm", "deep_gemm", "deep_gemm.testing.bench",
+TARGET = BenchKineto("deep-gemm", "deep_gemm.testing.bench",
                      "checked against DeepGEMM 54e2261's layout", reexported_by="deep_gemm.testing")
-NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
-apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status
+apply, revert = TARGET.apply, TARGET.revert

@@ -18,20 +18,18 @@ import inspect
 import sys
 from typing import Any
 
-from .. import _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
+from .. import _flush, _patching
+from .._state import Site, record
 from . import _local_buffer
 from ._kineto import BenchKineto
 
-NAME = "flashinfer"  # as CLEANFLUSH_DISABLE names it
-PACKAGE = "flashinfer-python"
+NAME = "flashinfer"  # its registry name
 MODULE = "flashinfer.testing.utils"
-HOOKS = (MODULE, "flashinfer.testing")
+REEXPORTS = "flashinfer.testing"
 TIMERS = ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti")
 CHECKED = "checked against flashinfer-python 0.7.4"
 
-_patches = _patching.PatchSet()
-_kineto = BenchKineto(NAME, PACKAGE, MODULE, CHECKED)
+_kineto = BenchKineto(NAME, MODULE, CHECKED)
 
 
 def _is_flush_buffer(tensor: Any) -> bool:
@@ -56,49 +54,34 @@ def _timer(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str,
     try:
         asked = _flush_asked(wrapped, args, kwargs)
     except KeyError as exc:  # a signature we do not know: say so, run it stock
-        why = f"its signature has no {exc} argument; its stock flush ran"
-        warn_once(f"flashinfer:{where}", f"{where}: {why}")
-        record(TargetStatus(where, NAME, _version(), False, f"unsupported: {why}"))
-        return wrapped(*args, **kwargs)
+        why = f"its signature has no {exc} argument"
+        record(NAME, Site(where, "unsupported", f"{why}; its stock flush ran"))
+        return _flush.fall_back(NAME, f"{where}: {why}", lambda: wrapped(*args, **kwargs), counted=False)
     except (TypeError, ValueError):  # a call the signature rejects: the stock code's own error
         return wrapped(*args, **kwargs)
     if not asked:
         return wrapped(*args, **kwargs)
-    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_flush_buffer, NAME, where, NAME, _version())
+    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_flush_buffer, NAME, where)
 
 
-def _version() -> str | None:
-    from . import installed_version
-
-    return installed_version(PACKAGE)
-
-
-def apply() -> None:
+def apply() -> list[Site]:
     utils = sys.modules.get(MODULE)
     if utils is None:
-        return
+        return []
+    patches = _patching.patch_set(NAME)
+    found = []
     for name in TIMERS:
         target = f"{MODULE}.{name}"
-        stock = vars(utils).get(name)
-        if not callable(stock):
-            record(TargetStatus(target, NAME, _version(), False,
-                                f"unsupported: {MODULE} has no function {name}; stock flush kept"))
+        if not callable(vars(utils).get(name)):
+            found.append(Site(target, "unsupported", f"{MODULE} has no function {name}; stock flush kept"))
             continue
-        patch = _patches.wrap(utils, name, _timer)
-        reexports = sys.modules.get("flashinfer.testing")
+        patch = patches.wrap(utils, name, _timer)
+        reexports = sys.modules.get(REEXPORTS)
         if reexports is not None:
-            _patches.wrap_alias(reexports, name, patch, _timer)
-        record(TargetStatus(target, NAME, _version(), True,
-                            f"its local flush buffer zeroes through the flush; {CHECKED}"))
-    _kineto.apply()
+            patches.wrap_alias(reexports, name, patch, _timer)
+        found.append(Site(target, "patched", f"its local flush buffer zeroes through the flush; {CHECKED}"))
+    return found + _kineto.apply()
 
 
 def revert() -> None:
-    _patches.revert()
-    _kineto.revert()
-    mark_uninstalled(NAME)
-
-
-def status() -> list[TargetStatus]:
-    rows = [row for row in STATE.targets.values() if row.package == NAME]
-    return rows or [not_loaded_row(MODULE, NAME, _version())]
+    _patching.patch_set(NAME).revert()

@@ -21,6 +21,7 @@ unknown shape leaves the stock code in place with a warning and a status line.
 
 from __future__ import annotations
 
+import functools
 import sys
 from contextvars import ContextVar
 from typing import Any, Callable, NamedTuple
@@ -28,17 +29,20 @@ from typing import Any, Callable, NamedTuple
 import wrapt
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
+from .._state import Site, warn_once
 from . import triton as triton_patch
 
-PACKAGE = "torch"
+NAME = "inductor"  # its registry name
 BENCHMARKING = "torch._inductor.runtime.benchmarking"
 UTILS = "torch._inductor.utils"
 PROFILER = "torch.autograd.profiler"
-NAME = "inductor"  # as CLEANFLUSH_DISABLE names it
-HOOKS = (BENCHMARKING, UTILS)
 _READ_NOTE = "policy read runs as write-read here: the stock write is inline"
-
+# The profiler regions that open a timed call, as the patched modules name them.
+_REGIONS = ((BENCHMARKING, "_CALLABLE_PROFILE_EVENT_NAME"), (UTILS, "_DO_BENCH_PROFILE_EVENT_NAME"))
+# Upstream's inline writes, where they are not one L2: ROCm's 256 MiB in the profiler
+# benchmarker, and _do_bench_using_profiling's 256e6 bytes (torch 2.13 benchmarking.py, utils.py).
+ROCM_PROFILER_WRITE = 256 * 1024 * 1024
+PROFILING_WRITE = 256 * 10**6
 
 
 class _Site(NamedTuple):
@@ -46,25 +50,22 @@ class _Site(NamedTuple):
 
     target: str
     written: int | None  # bytes of its inline write, None for one L2
-    device_type: Any  # as the caller passed it; None: upstream picks, as ``default_type`` does
-    default_type: Callable[[], str]
+    device_type: Any  # as the caller passed it; None: upstream picks, as ``default`` does
+    default: tuple[str, str]  # (module, function) upstream asks for the device type when none is named
 
 
 _active: ContextVar[_Site | None] = ContextVar("cleanflush_inductor", default=None)
-_regions: set[str] = set()  # record_function names that open a timed region
-_patches = _patching.PatchSet()
 
 
-def _version() -> str | None:
-    from . import installed_version
-
-    return installed_version("torch")
+def _regions() -> set[str]:
+    """The record_function names that open a timed region in the modules loaded now."""
+    return {name for module, attr in _REGIONS if (name := getattr(sys.modules.get(module), attr, None))}
 
 
 def _device(site: _Site, device_type: Any) -> Any:
     import torch
 
-    kind = getattr(device_type, "type", device_type) or site.default_type()
+    kind = getattr(device_type, "type", device_type) or upstream_default(*site.default)
     index = getattr(torch, kind).current_device()
     return torch.device(kind, index) if isinstance(index, int) else torch.device(kind)
 
@@ -73,19 +74,21 @@ def _device_or_warn(site: _Site, device_type: Any) -> Any:
     """The device to read on, or None (with one warning) when there is none to find."""
     try:
         return _device(site, device_type)
-    except Exception as exc:
+    except Exception as exc:  # a device type torch cannot resolve here: no read, the stock flush
         warn_once(f"device:{site.target}", f"{site.target}: no device for the read ({exc!r}); stock flush kept")
         return None
 
 
-def _upstream_default(module: Any, name: str) -> Callable[[], str]:
-    """The device type upstream's ``name()`` picks when the caller names none (CUDA, XPU...)."""
-    return lambda: str(getattr(module, name, lambda: "cuda")())
+def upstream_default(module: str, name: str) -> str:
+    """The device type upstream's ``module.name()`` picks when the caller names none (CUDA,
+    XPU...); CUDA where that torch has no such function."""
+    return str(getattr(sys.modules.get(module), name, lambda: "cuda")())
 
 
-def _benchmark(target: str, written: int | None, default_type: Callable[[], str]) -> _patching.Wrapper:
+@functools.lru_cache(maxsize=None)  # the same wrapper at every install: a re-install wraps it again
+def _benchmark(target: str, written: int | None, default: tuple[str, str]) -> _patching.Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        token = _active.set(_Site(target, written, kwargs.get("device_type"), default_type))
+        token = _active.set(_Site(target, written, kwargs.get("device_type"), default))
         try:
             return wrapped(*args, **kwargs)
         finally:
@@ -123,7 +126,7 @@ def _get_event_pairs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
 
 def _record_function_enter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     site = _active.get()
-    if site is not None and getattr(instance, "name", None) in _regions:
+    if site is not None and getattr(instance, "name", None) in _regions():
         device = _device_or_warn(site, site.device_type)
         if device is not None:
             _flush.after_write(device, site.written, site.target)
@@ -133,90 +136,84 @@ def _record_function_enter(wrapped: Any, instance: Any, args: tuple[Any, ...], k
 def _patch_record_function() -> None:
     profiler = sys.modules[PROFILER]
     owner = _patching.defining_class(profiler.record_function, "__enter__")
-    _patches.wrap(owner, "__enter__", _record_function_enter)
+    _patching.patch_set(NAME).wrap(owner, "__enter__", _record_function_enter)
 
 
-def _row(target: str, patched: bool, detail: str) -> None:
-    record(TargetStatus(target, PACKAGE, _version(), patched, detail))
-
-
-def _unsupported(target: str, reason: str, known: bool = False) -> None:
+def _unsupported(target: str, reason: str, known: bool = False) -> Site:
     """Keep the stock code and say why in status; warn too when the layout is a surprise
     (a known older torch is not news at every import)."""
     if not known:
         warn_once(f"inductor:{target}", f"{target}: {reason}; its stock flush is kept")
-    _row(target, False, f"unsupported: {reason}; stock flush kept")
+    return Site(target, "unsupported", f"{reason}; stock flush kept")
 
 
-def _apply_benchmarking(module: Any) -> None:
+def _apply_benchmarking(module: Any) -> list[Site]:
     import torch
 
+    patches = _patching.patch_set(NAME)
     inductor = getattr(module, "InductorBenchmarker", None)
     target = "InductorBenchmarker.benchmark_gpu"
-    default_type = _upstream_default(module, "_get_default_gpu_device_type")
+    default = (module.__name__, "_get_default_gpu_device_type")
     if inductor is None:
-        _row(target, False, "not in this torch (added in 2.7); TritonBenchmarker is the default")
+        found = [Site(target, "unsupported", "not in this torch (added in 2.7); TritonBenchmarker is the default")]
     elif "benchmark_gpu" in vars(inductor) and "get_event_pairs" in vars(inductor):
-        _patches.wrap(inductor, "get_event_pairs", _get_event_pairs)
-        _patches.wrap(inductor, "benchmark_gpu", _benchmark(target, None, default_type))
-        _row(target, True, f"read after the inline L2-sized zero_(), before each start event; {_READ_NOTE}")
+        patches.wrap(inductor, "get_event_pairs", _get_event_pairs)
+        patches.wrap(inductor, "benchmark_gpu", _benchmark(target, None, default))
+        found = [Site(target, "patched", f"read after the inline L2-sized zero_(), before each start event; "
+                                         f"{_READ_NOTE}")]
     else:
-        _unsupported(target, "no get_event_pairs/benchmark_gpu on InductorBenchmarker")
+        found = [_unsupported(target, "no get_event_pairs/benchmark_gpu on InductorBenchmarker")]
 
     profiler_cls = getattr(module, "TorchProfilerBenchmarker", None)
     target = "TorchProfilerBenchmarker.benchmark_gpu"
     region = getattr(module, "_CALLABLE_PROFILE_EVENT_NAME", None)
     if profiler_cls is None:
-        return  # torch < 2.13: the class does not exist, nothing to report
+        return found  # torch < 2.13: the class does not exist, nothing to report
     if region and "benchmark_gpu" in vars(profiler_cls) and inductor is not None:
         _patch_record_function()
-        _regions.add(region)
-        written = 256 * 1024 * 1024 if torch.version.hip else None
-        _patches.wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written, default_type))
-        _row(target, True, f"read after the inline zero_(), outside the profiled {region!r} region; {_READ_NOTE}")
+        written = ROCM_PROFILER_WRITE if torch.version.hip else None
+        patches.wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written, default))
+        found.append(Site(target, "patched", f"read after the inline zero_(), outside the profiled {region!r} "
+                                             f"region; {_READ_NOTE}"))
     else:
-        _unsupported(target, "unknown TorchProfilerBenchmarker layout")
+        found.append(_unsupported(target, "unknown TorchProfilerBenchmarker layout"))
+    return found
 
 
-def _apply_utils(module: Any) -> None:
+def _apply_utils(module: Any) -> list[Site]:
     target = "torch._inductor.utils._do_bench_using_profiling"
     region = getattr(module, "_DO_BENCH_PROFILE_EVENT_NAME", None)
     if "_do_bench_using_profiling" in vars(module) and region:
         _patch_record_function()
-        _regions.add(region)
-        _patches.wrap(module, "_do_bench_using_profiling",
-                      _benchmark(target, 256 * 10**6, _upstream_default(module, "get_gpu_type")))
-        _row(target, True, f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")
-    elif "_do_bench_using_profiling" in vars(module):
-        _unsupported(target, "this torch's _do_bench_using_profiling has no named profiler region "
-                             "to put the read in front of (torch 2.13 has one)", known=True)
-    elif hasattr(module, "do_bench_using_profiling"):
-        _unsupported(target, "torch < 2.10 inlines the flush in do_bench_using_profiling, "
-                             "which call sites import by name", known=True)
+        _patching.patch_set(NAME).wrap(module, "_do_bench_using_profiling", _benchmark(
+            target, PROFILING_WRITE, (module.__name__, "get_gpu_type")))
+        return [Site(target, "patched", f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")]
+    if "_do_bench_using_profiling" in vars(module):
+        return [_unsupported(target, "this torch's _do_bench_using_profiling has no named profiler region "
+                                     "to put the read in front of (torch 2.13 has one)", known=True)]
+    if hasattr(module, "do_bench_using_profiling"):
+        return [_unsupported(target, "torch < 2.10 inlines the flush in do_bench_using_profiling, "
+                                     "which call sites import by name", known=True)]
+    return []
 
 
-def apply() -> None:
+def apply() -> list[Site]:
+    found = []
     if BENCHMARKING in sys.modules:
-        _apply_benchmarking(sys.modules[BENCHMARKING])
+        found += _apply_benchmarking(sys.modules[BENCHMARKING])
     if UTILS in sys.modules:
-        _apply_utils(sys.modules[UTILS])
+        found += _apply_utils(sys.modules[UTILS])
+    return found
 
 
 def revert() -> None:
-    _patches.revert()
-    _regions.clear()
-    mark_uninstalled(PACKAGE)
+    _patching.patch_set(NAME).revert()
 
 
-def status() -> list[TargetStatus]:
-    rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
-    if hasattr(sys.modules.get(BENCHMARKING), "TritonBenchmarker"):
-        triton_patched = triton_patch.do_bench_patched()
-        rows.insert(0, TargetStatus(
-            "TritonBenchmarker.benchmark_gpu", PACKAGE, _version(), triton_patched,
-            "flushes through triton.testing.do_bench: " + ("patched there" if triton_patched
-                                                            else "its flush is not patched"),
-        ))
-    if rows:
-        return rows
-    return [not_loaded_row("torch._inductor", PACKAGE, _version())]
+def derived() -> list[Site]:
+    """TritonBenchmarker flushes through triton's do_bench: patched where that is."""
+    if not hasattr(sys.modules.get(BENCHMARKING), "TritonBenchmarker"):
+        return []
+    state = triton_patch.do_bench_state()
+    return [Site("TritonBenchmarker.benchmark_gpu", state, "flushes through triton.testing.do_bench: "
+                 + ("patched there" if state == "patched" else "its flush is not patched"))]

@@ -22,7 +22,6 @@ def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
     return device, FLUSH_BYTES
 
 
-TARGET = ModuleFunction("kernelbench", "kernelbench", "kernelbench.timing", "clear_l2_cache", _where,
+TARGET = ModuleFunction("kernelbench", "kernelbench.timing", "clear_l2_cache", _where,
                         "checked against KernelBench 0de4ce8's layout")
-NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
-apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status
+apply, revert = TARGET.apply, TARGET.revert

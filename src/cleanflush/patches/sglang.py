@@ -6,6 +6,5 @@ from __future__ import annotations
 
 from ._kineto import BenchKineto
 
-TARGET = BenchKineto("sglang", "sglang", "sglang.srt.bench_utils", "checked against SGLang 126a97f's layout")
-NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
-apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status
+TARGET = BenchKineto("sglang", "sglang.srt.bench_utils", "checked against SGLang 126a97f's layout")
+apply, revert = TARGET.apply, TARGET.revert

@@ -11,14 +11,13 @@ from typing import Any
 from ._function import ModuleFunction
 
 
-def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
+def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
     cache: Any = args[0] if args else kwargs.get("cache")
     if len(args) + len(kwargs) != 1 or not hasattr(cache, "device"):
-        return None  # not the _clear_cache(cache) we know: stock
+        raise TypeError("not _clear_cache(cache) with a tensor")
     return cache.device, cache.numel() * cache.element_size()
 
 
-TARGET = ModuleFunction("sol-execbench", "sol-execbench", "sol_execbench.core.bench.timing", "_clear_cache",
+TARGET = ModuleFunction("sol-execbench", "sol_execbench.core.bench.timing", "_clear_cache",
                         _where, "checked against SOL-ExecBench 2f55c0f's layout")
-NAME, PACKAGE, HOOKS = TARGET.NAME, TARGET.PACKAGE, TARGET.HOOKS
-apply, revert, status = TARGET.apply, TARGET.revert, TARGET.status
+apply, revert = TARGET.apply, TARGET.revert

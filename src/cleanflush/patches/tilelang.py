@@ -16,16 +16,14 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record, warn_once
+from .._state import Site
 
-NAME = PACKAGE = "tilelang"
+NAME = "tilelang"  # its registry name
 # The modules whose benchmark calls the helpers as its globals.  Not where 0.1.15 defines
 # them (torch_bench): bench copies them at import, so a wrapper there would be copied too
 # and could not be taken back off bench on uninstall.
-HOOKS = ("tilelang.profiler.bench", "tilelang.profiler._torch_gpu")
+MODULES = ("tilelang.profiler.bench", "tilelang.profiler._torch_gpu")
 HELPERS = tuple(f"_bench_with_{kind}" for kind in ("cuda_events", "cupti", "cudagraph"))
-
-_patches = _patching.PatchSet()
 
 
 def _helper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -33,42 +31,37 @@ def _helper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str
         call = inspect.signature(wrapped).bind(*args, **kwargs)
     except (TypeError, ValueError):  # a call the signature rejects: the stock code's own error
         return wrapped(*args, **kwargs)
-    try:
-        call.arguments["cache"] = _flush.flushing_tensor(call.arguments["cache"], NAME)
-    except Exception as exc:  # no cache argument, or not a tensor: say so, run it stock
-        why = f"{wrapped.__name__} got no cache tensor ({type(exc).__name__}: {exc}); its stock flush ran"
-        warn_once(f"tilelang:{wrapped.__name__}", f"tilelang: {why}")
-        return wrapped(*args, **kwargs)
+    cache = call.arguments.get("cache")
+    if not _is_tensor(cache):  # no cache argument, or not a tensor: say so, run it stock
+        why = f"{wrapped.__name__} got no cache tensor (got {type(cache).__name__})"
+        return _flush.fall_back(NAME, why, lambda: wrapped(*args, **kwargs), counted=False)
+    call.arguments["cache"] = _flush.flushing_tensor(cache, NAME)
     return wrapped(*call.args, **call.kwargs)
 
 
-def _version() -> str | None:
-    from . import installed_version
+def _is_tensor(value: Any) -> bool:
+    import torch
 
-    return installed_version(PACKAGE)
+    return isinstance(value, torch.Tensor)
 
 
-def apply() -> None:
-    loaded = False
-    for module_name in HOOKS:
+def apply() -> list[Site]:
+    patches = _patching.patch_set(NAME)
+    found, loaded = [], False
+    for module_name in MODULES:
         module = sys.modules.get(module_name)
         loaded |= module is not None
         names = [name for name in HELPERS if callable(vars(module).get(name))] if module is not None else []
         for name in names:
-            _patches.wrap(module, name, _helper)
+            patches.wrap(module, name, _helper)
         if names:
-            record(TargetStatus(f"{module_name}._bench_with_*", NAME, _version(), True,
-                                f"the cache tensor its {', '.join(names)} zero is the flush"))
-    if loaded and not list(_patches):
-        record(TargetStatus("tilelang.profiler", NAME, _version(), False, "unsupported: none of "
-                            f"{', '.join(HOOKS)} has a timing helper that takes the cache; stock flush kept"))
+            found.append(Site(f"{module_name}._bench_with_*", "patched",
+                              f"the cache tensor its {', '.join(names)} zero is the flush"))
+    if loaded and not list(patches):
+        found.append(Site("tilelang.profiler", "unsupported", f"none of {', '.join(MODULES)} has a timing helper "
+                          "that takes the cache; stock flush kept"))
+    return found
 
 
 def revert() -> None:
-    _patches.revert()
-    mark_uninstalled(PACKAGE)
-
-
-def status() -> list[TargetStatus]:
-    rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
-    return rows or [not_loaded_row("tilelang.profiler", PACKAGE, _version())]
+    _patching.patch_set(NAME).revert()

@@ -25,25 +25,15 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
+from .._state import Site, State, sites
 from . import _local_buffer
-from .._state import STATE, TargetStatus, count_flush, mark_uninstalled, not_loaded_row, record, warn_once
 
-NAME = "triton"  # as CLEANFLUSH_DISABLE names it
-HOOKS = ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver", "triton.testing")
+NAME = "triton"  # its registry name
 DO_BENCH = "triton.testing.do_bench"
-PACKAGE = "triton"
 _IMPORTABLE = (
     ("triton.backends.nvidia.driver", "CudaDriver"),
     ("triton.backends.amd.driver", "HIPDriver"),
 )
-
-_patches = _patching.PatchSet()
-
-
-def _version() -> str | None:
-    from . import installed_version
-
-    return installed_version("triton", "pytorch-triton")
 
 
 def driver_classes() -> list[tuple[str, type]]:
@@ -67,75 +57,68 @@ def driver_classes() -> list[tuple[str, type]]:
 def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if len(args) + len(kwargs) != 1 or (kwargs and "cache" not in kwargs):
         # not the clear_cache(cache) we know: the stock code with the caller's arguments
-        warn_once("triton:call", f"clear_cache called as (args={len(args)}, kwargs={sorted(kwargs)}), "
-                  "not clear_cache(cache); its stock flush is kept")
-        count_flush("triton", "write")
-        return wrapped(*args, **kwargs)
+        why = f"clear_cache was called as (args={len(args)}, kwargs={sorted(kwargs)}), not clear_cache(cache)"
+        return _flush.fall_back(NAME, why, lambda: wrapped(*args, **kwargs))
     cache = _flush.plain_tensor(args[0] if args else kwargs["cache"])  # ours would flush a second time
-    return _flush.flush(cache, lambda: wrapped(cache), "triton")
+    return _flush.flush(cache, lambda: wrapped(cache), NAME)
 
 
 def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     cache = wrapped(*args, **kwargs)
-    try:
-        _flush.prepare(cache.device)  # before any CUDA-graph capture of the flush
-    except Exception:  # the flush itself warns, falls back and counts the write
-        pass
-    try:
-        # for every caller that zeroes it directly: triton 3.2's do_bench, tritonbench, Helion
-        return _flush.flushing_tensor(cache, "triton")
-    except Exception:  # not a tensor we know: the stock one
+    device = getattr(cache, "device", None)
+    if device is None:  # not a tensor: nothing to hand out, and clear_cache says so when it flushes it
         return cache
+    try:
+        _flush.prepare(device)  # before any CUDA-graph capture of the flush
+    except _flush.ReadUnavailable:  # the flush itself says so, falls back and counts the write
+        pass
+    # for every caller that zeroes it directly: triton 3.2's do_bench, tritonbench, Helion
+    return _flush.flushing_tensor(cache, NAME)
 
 
-def patch_class(label: str, cls: type) -> TargetStatus:
-    """Patch one driver class according to the methods it has; return its status row."""
+def patch_class(label: str, cls: type) -> Site:
+    """Patch one driver class according to the methods it has; return its status."""
+    patches = _patching.patch_set(NAME)
     target = f"{label}.clear_cache"
     clear_owner = _patching.defining_class(cls, "clear_cache")
     empty_owner = _patching.defining_class(cls, "get_empty_cache_for_benchmark")
     if clear_owner is not None and empty_owner is not None:
-        _patches.wrap(clear_owner, "clear_cache", _clear_cache)
-        _patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
+        patches.wrap(clear_owner, "clear_cache", _clear_cache)
+        patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
         detail = ("do_bench, autotuner and Proton helpers flush through it; harnesses that zero "
                   "its cache tensor directly (tritonbench, Helion) flush through that tensor")
-        return TargetStatus(target, PACKAGE, _version(), True, detail)
+        return Site(target, "patched", detail)
     if empty_owner is not None:
-        target = f"{label}.get_empty_cache_for_benchmark"
-        _patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
-        detail = "triton 3.2 layout: do_bench's inline zero_() runs the flush"
-        return TargetStatus(target, PACKAGE, _version(), True, detail)
-    return TargetStatus(
-        target, PACKAGE, _version(), False,
-        "unsupported: this driver has neither clear_cache nor get_empty_cache_for_benchmark "
-        "(triton < 3.2 flushes inline in do_bench); stock flush kept",
-    )
+        patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
+        return Site(f"{label}.get_empty_cache_for_benchmark", "patched",
+                    "triton 3.2 layout: do_bench's inline zero_() runs the flush")
+    return Site(target, "unsupported", "this driver has neither clear_cache nor get_empty_cache_for_benchmark "
+                "(triton < 3.2 flushes inline in do_bench); stock flush kept")
 
 
-def apply() -> None:
-    rows = [patch_class(label, cls) for label, cls in driver_classes()]
-    if any(row.patched for row in rows) or "triton.backends" not in sys.modules:
-        for row in rows:
-            record(row)
-        return
+def apply() -> list[Site]:
+    if "triton.backends" not in sys.modules and sys.modules.get("triton") is not None:
+        return [Site(DO_BENCH, "unsupported", "this triton has no driver backends (before 3.0); stock flush kept")]
+    found = [patch_class(label, cls) for label, cls in driver_classes()]
+    if any(site.state == "patched" for site in found) or "triton.backends" not in sys.modules:
+        return found
     # triton 3.0-3.1: the driver has no flush; do_bench zeroes a buffer of its own
     testing = sys.modules.get("triton.testing")
     if testing is None:
-        record(TargetStatus(DO_BENCH, PACKAGE, _version(), False,
-                            "triton 3.0-3.1 layout: patched when triton.testing is imported"))
-    elif _has_inline_flush(vars(testing).get("do_bench")):
-        _patches.wrap(testing, "do_bench", _do_bench)
-        record(TargetStatus(DO_BENCH, PACKAGE, _version(), True,
-                            "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush"))
-    else:
-        record(TargetStatus(DO_BENCH, PACKAGE, _version(), False, "unsupported: neither the driver "
-                            "nor triton.testing.do_bench has a flush cleanflush knows; stock flush kept"))
+        return [Site(DO_BENCH, "pending", "triton 3.0-3.1 layout: patched when triton.testing is imported")]
+    if _has_inline_flush(vars(testing).get("do_bench")):
+        _patching.patch_set(NAME).wrap(testing, "do_bench", _do_bench)
+        return [Site(DO_BENCH, "patched", "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through "
+                     "the flush")]
+    return [Site(DO_BENCH, "unsupported", "neither the driver nor triton.testing.do_bench has a flush cleanflush "
+                 "knows; stock flush kept")]
 
 
 def _has_inline_flush(do_bench: Any) -> bool:
     """triton 3.0-3.1's do_bench: ``fast_flush`` picks the dtype of its local buffer."""
     try:
         return "fast_flush" in inspect.signature(do_bench).parameters
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # not a function inspect can read
         return False
 
 
@@ -148,45 +131,33 @@ def _is_do_bench_buffer(tensor: Any) -> bool:
 
 
 def _do_bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_do_bench_buffer, "triton",
-                             DO_BENCH, PACKAGE, _version())
+    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_do_bench_buffer, NAME, DO_BENCH)
 
 
 def revert() -> None:
-    _patches.revert()
-    mark_uninstalled(PACKAGE)
+    _patching.patch_set(NAME).revert()
 
 
 def driver_patched() -> bool:
     """Whether do_bench's flush goes through cleanflush now (a driver class is patched)."""
-    return any(row.patched and row.package == PACKAGE and not row.target.startswith("triton.testing")
-               for row in STATE.targets.values())
+    return any(row.patched and row.target != DO_BENCH for row in sites(NAME))
 
 
-def do_bench_patched() -> bool:
-    """Whether ``triton.testing.do_bench`` flushes through cleanflush: through a patched
-    driver, or (triton 3.0-3.1) wrapped itself."""
-    row = STATE.targets.get(DO_BENCH)
-    return driver_patched() or bool(row and row.patched)
+def do_bench_state() -> State:
+    """Whether ``triton.testing.do_bench`` flushes through cleanflush (through a patched
+    driver, or on triton 3.0-3.1 wrapped itself): ``patched``, else why not."""
+    rows = sites(NAME)
+    if any(row.patched for row in rows):
+        return "patched"
+    return rows[0].state if rows else "pending"
 
 
-def status() -> list[TargetStatus]:
-    rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
-    version = _version()
-    if not rows:
-        if sys.modules.get("triton") is not None and "triton.backends" not in sys.modules:
-            return [TargetStatus(
-                DO_BENCH, PACKAGE, version, False,
-                "unsupported: this triton has no driver backends (before 3.0); stock flush kept",
-            )]
-        return [not_loaded_row("triton", PACKAGE, version)]
+def derived() -> list[Site]:
+    """Proton's helpers (triton 3.8+) flush through the driver: patched where it is."""
     testing = sys.modules.get("triton.testing")
-    if testing is not None:
-        proton = [n for n in ("do_bench_proton", "do_bench_cudagraph_proton") if hasattr(testing, n)]
-        if proton:
-            covered = driver_patched()
-            rows.append(TargetStatus(
-                "triton.testing." + " / ".join(proton), PACKAGE, version, covered,
-                "flushes through the driver's clear_cache" if covered else "driver not patched",
-            ))
-    return rows
+    proton = [name for name in ("do_bench_proton", "do_bench_cudagraph_proton") if hasattr(testing, name)]
+    if not proton:
+        return []
+    covered = driver_patched()
+    return [Site("triton.testing." + " / ".join(proton), "patched" if covered else do_bench_state(),
+                 "flushes through the driver's clear_cache" if covered else "the driver is not patched")]

@@ -20,14 +20,11 @@ from typing import Any
 
 from .. import _patching
 from .._flush import READ_KERNEL
-from .._state import STATE, TargetStatus, mark_uninstalled, not_loaded_row, record
+from .._state import Site
 
-NAME = PACKAGE = "tritonbench"
+NAME = "tritonbench"  # its registry name
 MODULE = "tritonbench.components.do_bench.run"
-HOOKS = (MODULE,)
 TARGET = f"{MODULE} profiler timer"
-
-_patches = _patching.PatchSet()
 
 
 class AlsoTheRead(str):
@@ -51,35 +48,23 @@ def _is_cache_clear_kernel(wrapped: Any, instance: Any, args: tuple[Any, ...], k
     return wrapped(*args, **kwargs) or name == READ_KERNEL
 
 
-def _version() -> str | None:
-    from . import installed_version
-
-    return installed_version(PACKAGE)
-
-
-def apply() -> None:
+def apply() -> list[Site]:
     module = sys.modules.get(MODULE)
     if module is None:
-        return
+        return []
+    patches = _patching.patch_set(NAME)
     if callable(vars(module).get("_is_cache_clear_kernel")):
-        _patches.wrap(module, "_is_cache_clear_kernel", _is_cache_clear_kernel)
+        patches.wrap(module, "_is_cache_clear_kernel", _is_cache_clear_kernel)
         detail = "its profiler timer drops the read kernel as it drops the stock fill (_is_cache_clear_kernel)"
     elif isinstance(vars(module).get("CACHE_CLEAR_KERNEL"), str):
         if not isinstance(module.CACHE_CLEAR_KERNEL, AlsoTheRead):
-            _patches.replace(module, "CACHE_CLEAR_KERNEL", AlsoTheRead(module.CACHE_CLEAR_KERNEL))
+            patches.replace(module, "CACHE_CLEAR_KERNEL", AlsoTheRead(module.CACHE_CLEAR_KERNEL))
         detail = "its profiler timer drops the read kernel as it drops the stock fill (CACHE_CLEAR_KERNEL)"
     else:
-        record(TargetStatus(TARGET, PACKAGE, _version(), False, "unsupported: no CACHE_CLEAR_KERNEL or "
-                            "_is_cache_clear_kernel in this tritonbench; its profiler timer counts the read"))
-        return
-    record(TargetStatus(TARGET, PACKAGE, _version(), True, detail))
+        return [Site(TARGET, "unsupported", "no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel in this tritonbench; "
+                     "its profiler timer counts the read")]
+    return [Site(TARGET, "patched", detail)]
 
 
 def revert() -> None:
-    _patches.revert()
-    mark_uninstalled(PACKAGE)
-
-
-def status() -> list[TargetStatus]:
-    rows = [row for row in STATE.targets.values() if row.package == PACKAGE]
-    return rows or [not_loaded_row(TARGET, PACKAGE, _version())]
+    _patching.patch_set(NAME).revert()

@@ -26,29 +26,21 @@ import re
 import sys
 from typing import Any
 
-from .. import _patching
-from .._policy import current_policy
-from .._state import TargetStatus, record, warn_once
+import wrapt
 
-NAME = "decisions"
-PACKAGE = "cleanflush"  # its status rows are its own, never a flush target's
-DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
+from . import _env, _patching
+from ._policy import current_policy
+from ._state import warn_once
+
+NAME = "decisions"  # its patches' key in STATE; not a flush target, so not in the registry
 AUTOTUNER = "triton.runtime.autotuner"
 SELECT = "torch._inductor.select_algorithm"
 HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 HOOKS = (AUTOTUNER, SELECT, HEURISTICS)
 
-_patches = _patching.PatchSet()
-_registered: list[Any] = []  # (selector cache, our feedback fn) while registered
-
-
-def _path() -> str | None:
-    return os.environ.get(DECISIONS_VAR) or None
-
-
 def write(decision: dict[str, Any]) -> None:
     """Append one decision to ``CLEANFLUSH_DECISIONS``; a failure is said once, never raised."""
-    path = _path()
+    path = _env.decisions_path()
     if path is None:
         return
     line = {"pid": os.getpid(), "policy": current_policy(), **decision}
@@ -139,10 +131,6 @@ def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) ->
         warn_once("decisions:inductor", f"could not read an Inductor autotuning decision ({exc!r})")
 
 
-def _row(label: str) -> None:
-    record(TargetStatus(f"{label} (decisions)", PACKAGE, None, True, f"autotuning decisions recorded in {_path()}"))
-
-
 # (module, class, method, wrapper): the methods whose calls make a decision
 _WRAPS = (
     (AUTOTUNER, "Autotuner", "run", _autotuner_run),
@@ -150,37 +138,38 @@ _WRAPS = (
 )
 
 
-def apply() -> None:
-    if _path() is None:
+def apply(module: Any = None) -> None:
+    """Record decisions from every autotuner loaded now (a post-import hook, or a re-install)."""
+    if _env.decisions_path() is None:
         return
-    for module, cls_name, method, wrapper in _WRAPS:
-        cls = getattr(sys.modules.get(module), cls_name, None)
+    patches = _patching.patch_set(NAME)
+    for module_name, cls_name, method, wrapper in _WRAPS:
+        cls = getattr(sys.modules.get(module_name), cls_name, None)
         if cls is not None and method in vars(cls):
-            _patches.wrap(cls, method, wrapper)
-            _row(f"{cls_name}.{method}")
+            patches.wrap(cls, method, wrapper)
     select = sys.modules.get(SELECT)
-    if select is not None and hasattr(select, "get_algorithm_selector_cache") and not _registered:
-        cache = select.get_algorithm_selector_cache()
-        if hasattr(cache, "add_feedback_saver"):
-            cache.add_feedback_saver(_inductor_feedback)
-            _registered.append(cache)
-            _row("Inductor select_algorithm")
+    cache = select.get_algorithm_selector_cache() if hasattr(select, "get_algorithm_selector_cache") else None
+    if hasattr(cache, "add_feedback_saver") and _inductor_feedback not in _savers(cache):
+        cache.add_feedback_saver(_inductor_feedback)
+
+
+def _savers(cache: Any) -> list[Any]:
+    fns = getattr(cache, "feedback_saver_fns", None)
+    return fns if isinstance(fns, list) else []
+
+
+def register() -> None:
+    """At the first install: record from each autotuner module when it is imported."""
+    if _env.decisions_path() is None:
+        return
+    for module in HOOKS:
+        wrapt.register_post_import_hook(apply, module)
 
 
 def revert() -> None:
-    from .._state import mark_uninstalled
-
-    _patches.revert()
-    mark_uninstalled(PACKAGE)
-    while _registered:
-        cache = _registered.pop()
-        fns = getattr(cache, "feedback_saver_fns", None)
-        if isinstance(fns, list) and _inductor_feedback in fns:
+    _patching.patch_set(NAME).revert()
+    select = sys.modules.get(SELECT)
+    if hasattr(select, "get_algorithm_selector_cache"):
+        fns = _savers(select.get_algorithm_selector_cache())
+        if _inductor_feedback in fns:
             fns.remove(_inductor_feedback)
-
-
-def status() -> list[TargetStatus]:
-    """Rows only while recording is on (recorded by ``apply``)."""
-    from .._state import STATE
-
-    return [row for row in STATE.targets.values() if row.package == PACKAGE and row.patched]

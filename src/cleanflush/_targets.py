@@ -1,0 +1,188 @@
+"""Installing, applying, reverting and reporting the registry's targets: the generic half of
+every patch, written once.
+
+A target's patch module is imported by the hook of its first trigger module; its ``apply``
+says what it did per site (``Site``), and this module turns that, a disabled name, a failed
+patch or a package not imported yet into the rows of ``cleanflush.status()``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import lru_cache
+from importlib import import_module
+from typing import Any, Callable
+
+import wrapt
+
+from . import _decisions, _env, _policy, _report
+from ._registry import NAMES, TARGETS, Target
+from ._state import STATE, Site, TargetStatus, record, warn_once
+
+
+def resolve(path: str) -> Callable[..., Any]:
+    """The function a ``"module:function"`` string names (importing the module)."""
+    module, _, function = path.partition(":")
+    found: Callable[..., Any] = getattr(import_module(module), function)
+    return found
+
+
+@lru_cache(maxsize=None)
+def version(target: Target) -> str | None:
+    """The version of the first of the target's distributions that is installed."""
+    from importlib import metadata  # 10-20 ms: only when a version is asked for
+
+    for dist in target.distributions:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def disabled() -> frozenset[str]:
+    """The names ``CLEANFLUSH_DISABLE`` keeps stock; an unknown name is said once (the
+    valid ones still apply)."""
+    names = _env.disabled_from_environ(NAMES)
+    problem = names.problem(NAMES)
+    if problem:
+        warn_once(f"disable:{names.unknown}", problem)
+    return names.names
+
+
+def _set(target: Target, sites: list[Site]) -> None:
+    """The target's rows are now ``sites`` (an apply sees every module loaded so far)."""
+    with STATE.lock:
+        STATE.sites[target.name] = {}
+        for site in sites:
+            record(target.name, site, version(target))
+
+
+def apply(target: Target) -> None:
+    """Patch one target now; on any failure undo it, say why in status, keep it stock."""
+    if not STATE.installed:
+        return
+    if target.name in disabled():
+        _set(target, [Site(target.title, "disabled", f"disabled by {_env.DISABLE_VAR}; stock flush kept")])
+        return
+    try:
+        sites: list[Site] = resolve(target.apply)()
+    except Exception as exc:  # a layout we could not read: it must not break the user's import
+        reason = f"could not patch {target.name} ({exc!r}); its stock flush is kept"
+        try:
+            resolve(target.revert)()
+        except Exception as undo:  # the stock objects may not all be back: say that too
+            reason += f"; undoing it failed too ({undo!r})"
+        _set(target, [Site(target.title, "failed", reason)])
+        warn_once(f"apply:{target.name}", reason)
+        return
+    _set(target, sites)
+
+
+def revert(target: Target) -> None:
+    """Put back every object the target's patch replaced; its patched rows say so."""
+    if target.module not in sys.modules:
+        return  # never applied in this process
+    resolve(target.revert)()
+    with STATE.lock:
+        rows = STATE.sites.get(target.name, {})
+        for site, row in list(rows.items()):
+            if row.patched:
+                rows[site] = TargetStatus(row.name, row.target, row.version, "off", "uninstalled")
+
+
+def _hook(target: Target) -> Callable[[Any], None]:
+    def hook(module: Any) -> None:
+        apply(target)
+
+    return hook
+
+
+def install(policy: str | None, source: str) -> bool:
+    """Install with ``policy`` as the process default; False (nothing done) where
+    ``CLEANFLUSH`` says off."""
+    if _env.is_off(os.environ.get(_env.POLICY_VAR)):
+        return False
+    if policy is not None:
+        _policy.set_default(policy)
+    with STATE.lock:
+        if not STATE.installed:
+            STATE.installed = True
+            STATE.source = source
+            STATE.env_before_install = os.environ.get(_env.POLICY_VAR)
+        _policy.export(True, _policy.default())
+        first_install, STATE.hooks_registered = not STATE.hooks_registered, True
+    # Hooks run outside our lock: they may fire inside another thread's import.
+    if first_install:
+        _report.register()
+        for target in TARGETS:
+            hook = _hook(target)
+            for module in target.triggers:
+                # wrapt fires the hook at once if the module is already imported
+                wrapt.register_post_import_hook(hook, module)
+        _decisions.register()
+        return True
+    for target in TARGETS:
+        if any(module in sys.modules for module in target.triggers):
+            apply(target)
+    _decisions.apply()
+    return True
+
+
+def uninstall() -> bool:
+    """Revert every target; False where nothing was installed."""
+    with STATE.lock:
+        if not STATE.installed:
+            return False
+        STATE.installed = False
+        for target in TARGETS:
+            revert(target)
+        _decisions.revert()
+        _policy.export(False, STATE.env_before_install)
+    return True
+
+
+def rows(target: Target) -> list[TargetStatus]:
+    """The target's status rows: what its patch recorded and computed, else why there is none."""
+    found = list(STATE.sites.get(target.name, {}).values())
+    if target.derived and target.module in sys.modules:
+        found += [TargetStatus(target.name, s.target, version(target), s.state, s.detail)
+                  for s in resolve(target.derived)()]
+    if found:
+        return found
+    installed = version(target)
+    if installed is None:
+        state, detail = "absent", f"{target.distributions[0]} is not installed"
+    elif not STATE.installed:
+        state, detail = "off", _why_off()
+    elif target.name in disabled():
+        state, detail = "disabled", f"disabled by {_env.DISABLE_VAR}; stays stock when imported"
+    else:
+        state, detail = "pending", "not imported yet; patched when it is"
+    return [TargetStatus(target.name, target.title, installed, state, detail)]
+
+
+def _why_off() -> str:
+    value = os.environ.get(_env.POLICY_VAR)
+    if _env.is_off(value):
+        return f"{_env.POLICY_VAR}={value}: off"
+    return "cleanflush is not installed"
+
+
+def flush_rows() -> list[TargetStatus]:
+    """Rows for the flush itself: devices whose read could not run, flushes that fell back."""
+    found = [TargetStatus("cleanflush", f"read buffer on {device}", None, "failed",
+                          f"{reason}: every flush on {device} runs the stock write")
+             for device, reason in sorted(STATE.read_unavailable.items())]
+    found += [TargetStatus("cleanflush", f"read kernel on {device}", None, "failed",
+                           f"the read kernel could not be built ({reason}): the read runs as torch's sum")
+              for device, reason in sorted(STATE.sweep_unavailable.items())]
+    found += [TargetStatus("cleanflush", f"flushes in {label}", None, "failed",
+                           f"{why}: those flushes ran the stock code")
+              for label, why in sorted(STATE.fallbacks.items())]
+    return found
+
+
+def status() -> list[TargetStatus]:
+    return [row for target in TARGETS for row in rows(target)] + flush_rows()

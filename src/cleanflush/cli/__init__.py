@@ -1,0 +1,48 @@
+"""Command line: ``cleanflush status``, ``run``, ``ab`` and ``verify``, one module each.
+
+Exit codes, for every command: 0 success, 1 the check failed (verify FAIL, ``status
+--check`` found a problem, a run of ``ab`` failed), 2 usage error, 3 cannot run here.
+``--json`` means the same everywhere: alone, the JSON record on stdout (and everything else
+on stderr); with a path, the record written there.  Paths are checked before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import cleanflush
+
+from .._env import POLICY_VAR
+from . import ab, run, status, verify
+from ._output import EXIT_CODES, quiet_broken_pipe
+
+COMMANDS = {"status": status, "run": run, "ab": ab, "verify": verify}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cleanflush",
+        description="Make GPU kernel benchmarks start from a cold and clean L2. "
+                    f"{POLICY_VAR}=1 turns it on for a program and its children without a code change.",
+        epilog=EXIT_CODES)
+    parser.add_argument("-V", "--version", action="version", version=f"cleanflush {cleanflush.__version__}")
+    commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
+    for module in COMMANDS.values():
+        module.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = COMMANDS[args.name].main(args, parser)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): end quietly
+        quiet_broken_pipe()
+        return 0
+    except KeyboardInterrupt:
+        print(f"cleanflush {args.name}: interrupted", file=sys.stderr)
+        return 130
+    return code

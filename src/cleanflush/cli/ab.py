@@ -1,0 +1,71 @@
+"""``cleanflush ab -- COMMAND``: the user's own job, stock and clean, compared (``_ab``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from typing import Any
+
+from .. import _ab, _env
+from ._output import EXIT_USAGE, emit, json_option, output_problem, text_stream
+from .run import command_of, policy_name
+
+CLEAN = tuple(p for p in _env.POLICIES if p != _ab.STOCK)
+
+
+def clean_policy(text: str) -> str:
+    name = policy_name(text)
+    if name not in CLEAN:
+        raise argparse.ArgumentTypeError(f"ab compares the stock flush with a clean one: use {' or '.join(CLEAN)}")
+    return name
+
+
+def positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_parser(commands: Any) -> None:
+    ab = commands.add_parser(
+        "ab", help="run a command with the stock flush and with a clean one; show which autotuning "
+                   "decisions the dirty flush changed",
+        description="Run COMMAND with the stock flush and with a clean policy (RUNS times each, interleaved), "
+                    "each run with fresh private Triton and Inductor caches so that it really tunes; record "
+                    "every autotuning decision (Triton's Autotuner, Inductor's max-autotune), workers included; "
+                    "report which decisions changed and what the stock pick costs by the clean timing.",
+        usage="cleanflush ab [--policy P] [--runs N] [--figure PNG] [--json [PATH]] [--keep DIR] -- COMMAND [ARGS...]",
+        epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted")
+    ab.add_argument("--policy", type=clean_policy, default=_env.DEFAULT_POLICY,
+                    help=f"the clean side: {' or '.join(CLEAN)} (default {_env.DEFAULT_POLICY})")
+    ab.add_argument("--runs", type=positive, default=1, help="runs of each side, interleaved (default 1)")
+    ab.add_argument("--figure", metavar="PNG", help="draw the comparison (needs matplotlib)")
+    ab.add_argument("--keep", metavar="DIR", help="keep each run's decisions and caches in DIR (default: a temp "
+                                                  "dir, removed at the end)")
+    json_option(ab)
+    ab.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """Everything an option needs, checked before the first run."""
+    if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
+        return f"--keep {args.keep!r} is a file, not a directory"
+    if args.figure and importlib.util.find_spec("matplotlib") is None:
+        return "--figure needs matplotlib (pip install matplotlib)"
+    return output_problem(args.json) or output_problem(args.figure, "--figure")
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    command = command_of(args, parser)
+    problem = _usage_problem(args)
+    if problem:
+        print(f"cleanflush ab: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    # with the JSON on stdout, the job's own output goes to stderr
+    result, code = _ab.run(command, args.policy, args.runs, args.figure, args.keep,
+                           job_stdout=text_stream(args.json))
+    emit(result, _ab.format_report(result), args.json)
+    return code

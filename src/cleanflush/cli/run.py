@@ -1,0 +1,67 @@
+"""``cleanflush run -- COMMAND``: the command, with cleanflush on in it and every Python child."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from .. import _env, _policy, _registry
+from ._output import EXIT_USAGE
+
+
+def policy_name(text: str) -> str:
+    try:
+        return _policy.check(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def target_names(text: str) -> frozenset[str]:
+    disabled = _env.parse_disabled(text, _registry.NAMES)
+    problem = disabled.problem(_registry.NAMES)
+    if problem:
+        raise argparse.ArgumentTypeError(problem.replace(" (ignored)", ""))
+    return disabled.names
+
+
+def command_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    """The command after ``--``; a usage error when there is none."""
+    command: list[str] = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command or not command[0]:
+        parser.error(f"{args.name} needs a command after --, e.g. cleanflush {args.name} -- python tune.py")
+    return command
+
+
+def add_parser(commands: Any) -> None:
+    run = commands.add_parser(
+        "run", help="run a command with cleanflush on, in it and every Python child",
+        description="Check the policy, then replace this process with COMMAND, run with CLEANFLUSH set: "
+                    "every Python process it starts is patched from its first import of torch or triton.",
+        usage="cleanflush run [--policy P] [--report FILE] [--disable TARGETS] -- COMMAND [ARGS...]")
+    run.add_argument("--policy", type=policy_name, default=_env.DEFAULT_POLICY,
+                     help=f"{', '.join(_env.POLICIES)} (default {_env.DEFAULT_POLICY})")
+    run.add_argument("--report", metavar="FILE",
+                     help=f"each process that flushed appends a JSON line ({_env.REPORT_VAR})")
+    run.add_argument("--disable", type=target_names, metavar="TARGETS",
+                     help=f"comma-separated targets to keep stock: {', '.join(_registry.NAMES)} ({_env.DISABLE_VAR})")
+    run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    command = command_of(args, parser)
+    env = dict(os.environ, **{_env.POLICY_VAR: args.policy})
+    if args.report:
+        if os.path.isdir(args.report):
+            print(f"cleanflush run: --report {args.report!r} is a directory", file=sys.stderr)
+            return EXIT_USAGE
+        env[_env.REPORT_VAR] = os.path.abspath(args.report)
+    if args.disable is not None:
+        env[_env.DISABLE_VAR] = ",".join(sorted(args.disable))
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"cleanflush run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    return 0  # pragma: no cover - exec does not return

@@ -1,0 +1,180 @@
+"""``cleanflush status``: what a Python program started from this shell would get.
+
+The environment is read as the shell has it (``_env.AT_START``: before this process's own
+import of cleanflush wrote to it).  The core targets are imported here with cleanflush
+installed, so each row says whether that target would be patched and why not; harnesses
+that are installed but not imported are reported as patched when imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import site
+import sys
+import time
+import warnings
+from typing import Any
+
+import cleanflush
+
+from .. import _env, _registry
+from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, json_option, output_problem
+
+SCHEMA = 2
+PROBLEMS = ("unsupported", "failed")
+
+
+def add_parser(commands: Any) -> None:
+    status = commands.add_parser(
+        "status", help="what a program started from this shell would get (no GPU needed)",
+        description="What a Python program started from this shell would get: the policy CLEANFLUSH "
+                    "asks for, whether the autoload is installed in this interpreter, and per target the "
+                    "installed version, its state (patched, pending: patched when imported, disabled, "
+                    "unsupported, failed, absent, off) and why.")
+    json_option(status)
+    status.add_argument("--check", nargs="?", const="all", metavar="TARGETS",
+                        help="exit 1 when the settings are invalid or a target cannot be patched; TARGETS "
+                             f"(comma-separated: {', '.join(_registry.NAMES)}) limits it to those")
+
+
+def _autoload_file() -> str | None:
+    for directory in list(site.getsitepackages()) + [site.getusersitepackages()]:
+        path = os.path.join(directory, "cleanflush.pth")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def programs_get(value: str | None) -> tuple[str | None, str]:
+    """(policy or None, what a program started with ``CLEANFLUSH=value`` gets)."""
+    try:
+        chosen = _env.parse_policy(value)
+    except ValueError as exc:
+        return None, f"INVALID: {exc}; programs keep the stock flush"
+    if value is None or not value.strip():
+        return None, (f"{_env.POLICY_VAR} is unset: programs keep the stock flush unless they import "
+                      f"cleanflush (then {_env.DEFAULT_POLICY})")
+    if chosen is None:
+        return None, f"{_env.POLICY_VAR}={value}: off, even for programs that import cleanflush"
+    return chosen, (f"{_env.POLICY_VAR}={value}: every Python program started here, and its children, "
+                    f"flushes with {chosen} from its first import of torch or triton")
+
+
+def _probe(progress: bool) -> list[dict[str, Any]]:
+    """Import what the core targets need, so that their rows tell the truth; an installed
+    package whose import fails is a row of its own."""
+    errors = []
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own import warnings are not ours to show
+        for target in _registry.TARGETS:
+            for module in target.probe:
+                if module in sys.modules or importlib.util.find_spec(module.partition(".")[0]) is None:
+                    continue  # loaded already, or its package is not installed (the row says so)
+                if progress:
+                    print(f"cleanflush status: importing {module} ...", file=sys.stderr, flush=True)
+                try:
+                    importlib.import_module(module)
+                except Exception as exc:  # a broken install is a finding, not a crash
+                    errors.append({"name": target.name, "target": module, "version": None, "state": "failed",
+                                   "patched": False, "detail": f"installed, but the import failed: {exc!r}"})
+                    break
+    if progress:
+        print(f"cleanflush status: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return errors
+
+
+def collect(progress: bool = False) -> dict[str, Any]:
+    """The record behind ``cleanflush status``."""
+    value = _env.AT_START[_env.POLICY_VAR]
+    policy, says = programs_get(value)
+    off = _env.is_off(value)
+    if not cleanflush.is_installed():  # CLEANFLUSH=0 or invalid here: find out what *would* be patched
+        os.environ.pop(_env.POLICY_VAR, None)
+        cleanflush.install()
+    errors = _probe(progress)
+    disabled = _env.parse_disabled(_env.AT_START[_env.DISABLE_VAR], _registry.NAMES)
+    rows = [row.as_dict() for row in cleanflush.status()] + errors
+    if off:  # what they would get is nothing; what is patchable stays in the detail
+        rows = [{**row, "state": "off", "patched": False,
+                 "detail": f"{_env.POLICY_VAR}={value} keeps it stock (with cleanflush on: {row['state']}, "
+                           f"{row['detail']})"} for row in rows]
+    return {
+        "schema": SCHEMA,
+        "cleanflush": cleanflush.__version__,
+        "python": sys.executable,
+        "environment": {name: _env.AT_START[name] for name in _env.VARIABLES},
+        "programs_get": says,
+        "policy": policy,
+        "disabled": sorted(disabled.names),
+        "disable_problem": disabled.problem(_registry.NAMES),
+        "autoload_file": _autoload_file(),
+        "targets": rows,
+    }
+
+
+def problems(data: dict[str, Any], wanted: list[str] | None = None) -> list[str]:
+    """What ``status --check`` fails on: an invalid setting, or a target that cannot be
+    patched (among the targets named in ``wanted``, when given)."""
+    found = [data["programs_get"]] if data["programs_get"].startswith("INVALID") else []
+    if data["disable_problem"]:
+        found.append(data["disable_problem"])
+    rows = [t for t in data["targets"] if not wanted or t["name"] in wanted]
+    found += [f"{t['target']}: {t['state']}: {t['detail']}" for t in rows if t["state"] in PROBLEMS]
+    if wanted:
+        found += [f"{name}: {t['state']}: {t['detail']}" for name in wanted
+                  for t in rows if t["name"] == name and t["state"] in ("absent", "disabled", "off")]
+    elif not any(t["state"] in ("patched", "pending") for t in rows):
+        found.append("no benchmarker here can be patched (is torch or triton installed?)")
+    return found
+
+
+def format_text(data: dict[str, Any]) -> str:
+    pth = data["autoload_file"]
+    disabled = ", ".join(data["disabled"]) or "none"
+    lines = [
+        f"cleanflush {data['cleanflush']} ({data['python']})",
+        f"environment  {data['programs_get']}",
+        f"disabled     {disabled} ({_env.DISABLE_VAR})"
+        + (f"; {data['disable_problem']}" if data["disable_problem"] else ""),
+        "autoload     " + (f"{pth}: wakes on the first import of torch or triton when {_env.POLICY_VAR} is set"
+                           if pth else f"cleanflush.pth not found in this interpreter: {_env.POLICY_VAR} does "
+                                       "nothing here"),
+        f"report       {data['environment'][_env.REPORT_VAR] or f'{_env.REPORT_VAR} unset'}",
+        "",
+    ]
+    rows = [("target", "version", "state", "detail")]
+    rows += [(t["target"], t["version"] or "-", t["state"], t["detail"]) for t in data["targets"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
+    return "\n".join(lines)
+
+
+def _wanted(check: str | None, parser: argparse.ArgumentParser) -> list[str] | None:
+    if check in (None, "all"):
+        return None
+    assert check is not None
+    names = [w.strip().lower() for w in check.split(",") if w.strip()]
+    unknown = [n for n in names if n not in _registry.NAMES]
+    if unknown:
+        parser.error(f"--check names unknown targets {', '.join(unknown)}; valid: {', '.join(_registry.NAMES)}")
+    return names
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    problem = output_problem(args.json)
+    if problem:
+        print(f"cleanflush status: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    wanted = _wanted(args.check, parser)
+    data = collect(progress=sys.stderr.isatty())
+    data["problems"] = problems(data, wanted)
+    text = format_text(data)
+    if args.check:
+        text += "\n\n" + ("check: FAIL\n" + "\n".join(f"  - {p}" for p in data["problems"])
+                          if data["problems"] else "check: OK")
+    emit(data, text, args.json)
+    return EXIT_FAIL if args.check and data["problems"] else EXIT_OK
