@@ -1,8 +1,9 @@
 """Import orders and the CLEANFLUSH switch, each in a fresh interpreter."""
 
-import pytest
-
+import json
 from pathlib import Path
+
+import pytest
 
 from .conftest import run_python
 
@@ -147,3 +148,50 @@ def test_autoload_file_is_installed():
     child = run_python("import site, os; print(any(os.path.exists(os.path.join(d, 'cleanflush.pth')) "
                        "for d in site.getsitepackages()))")
     assert child.stdout.strip() == "True"
+
+
+POINTS = """
+import sys
+def points():
+    '''Every attribute cleanflush may patch that is loaded now: label -> the object there.'''
+    out = {}
+    backends = getattr(sys.modules.get("triton.backends"), "backends", None) or {}
+    for name, backend in backends.items():
+        for attr in ("clear_cache", "get_empty_cache_for_benchmark"):
+            if attr in vars(backend.driver):
+                out[f"triton {name}.{attr}"] = vars(backend.driver)[attr]
+    bench = getattr(sys.modules.get("torch._inductor.runtime.benchmarking"), "InductorBenchmarker", None)
+    if bench is not None:
+        for attr in ("benchmark_gpu", "get_event_pairs"):
+            out[f"InductorBenchmarker.{attr}"] = vars(bench)[attr]
+    utils = sys.modules.get("torch._inductor.utils")
+    region = getattr(utils, "_DO_BENCH_PROFILE_EVENT_NAME", None)
+    if utils is not None and region and "_do_bench_using_profiling" in vars(utils):
+        out["utils._do_bench_using_profiling"] = vars(utils)["_do_bench_using_profiling"]
+    return out
+def wrapped(obj):
+    return type(obj).__name__ == "FunctionWrapper"
+"""
+
+
+AUTOLOAD = POINTS + """
+import importlib, json
+importlib.import_module(MODULE)
+now = points()
+print(json.dumps({"patched": bool(now) and all(wrapped(v) for v in now.values()),
+                  "cleanflush": "cleanflush" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("value, patched", [
+    (None, False), ("0", False), ("off", False), ("1", True), ("on", True),
+    ("read", True), ("write-read", True), ("write", True), ("bogus", False),
+])
+@pytest.mark.parametrize("module", ["triton.testing", "torch._inductor.runtime.benchmarking"])
+def test_autoload_under_every_value(module, value, patched):
+    child = run_python(f"MODULE = {module!r}\n" + AUTOLOAD, {"CLEANFLUSH": value}, args=("-W", "error"))
+    assert child.returncode == 0, child.stderr[-3000:]
+    out = json.loads(child.stdout)
+    assert out["patched"] is patched, (out, child.stderr)
+    complaints = [line for line in child.stderr.splitlines() if "cleanflush" in line]
+    assert len(complaints) == (1 if value == "bogus" else 0), child.stderr

@@ -14,6 +14,12 @@ pytest.importorskip("triton")
 NVIDIA = "triton.backends.nvidia.driver.CudaDriver.clear_cache"
 
 
+def triton_version():
+    import importlib.metadata
+
+    return importlib.metadata.version("triton")
+
+
 def cli(args, env=None, extra=()):
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
     child_env.update(env or {})
@@ -29,7 +35,7 @@ def test_status_says_what_a_program_started_here_gets():
     assert "CLEANFLUSH is unset" in env_line and "stock flush unless they import cleanflush" in env_line
     assert any(line.startswith("autoload") and "cleanflush.pth" in line for line in lines)
     row = next(line for line in lines if line.startswith(NVIDIA))
-    assert " yes " in row
+    assert row.split()[1:3] == [triton_version(), "patched"]
 
 
 @pytest.mark.parametrize("value, says", [
@@ -40,11 +46,15 @@ def test_status_says_what_a_program_started_here_gets():
 def test_status_reads_the_shell_variable_not_its_own_import(value, says):
     out = cli(["status", "--json"], {"CLEANFLUSH": value})
     data = json.loads(out.stdout)
-    assert data["schema"] == 1
+    assert data["schema"] == 2
     assert data["environment"]["CLEANFLUSH"] == value  # not what the CLI's import wrote
     assert says in data["programs_get"]
-    targets = {t["target"]: t for t in data["targets"]}
-    assert targets[NVIDIA]["patched"]  # would be patched, even where this shell has it off
+    row = {t["target"]: t for t in data["targets"]}[NVIDIA]
+    if value == "0":  # off for every program started here; what would be patched stays in the detail
+        assert (row["state"], row["patched"]) == ("off", False)
+        assert row["detail"].startswith("CLEANFLUSH=0 keeps it stock (with cleanflush on: patched, do_bench")
+    else:
+        assert row["state"] == "patched"
 
 
 def test_status_check_exit_codes(tmp_path):
@@ -52,16 +62,31 @@ def test_status_check_exit_codes(tmp_path):
     bad = cli(["status", "--check"], {"CLEANFLUSH": "fast"})
     assert bad.returncode == 1 and "check: FAIL" in bad.stdout and "'fast'" in bad.stdout
     disabled = cli(["status", "--check"], {"CLEANFLUSH_DISABLE": "tritn"})
-    assert disabled.returncode == 1 and "tritn" in disabled.stdout
-    # limited to named targets: an unsupported one elsewhere does not count, a missing name does
-    assert cli(["status", "--check", "CudaDriver,InductorBenchmarker"]).returncode == 0
-    missing = cli(["status", "--check", "CudaDriver,NoSuchBenchmarker"])
-    assert missing.returncode == 1 and "NoSuchBenchmarker: no such target here" in missing.stdout
+    assert disabled.returncode == 1 and "unknown targets tritn" in disabled.stdout
+    # limited to named targets: a harness installed and patched when imported passes; one that
+    # is not installed, or disabled, fails; a name that is no target is a usage error
+    assert cli(["status", "--check", "triton,inductor,flashinfer"]).returncode == 0
+    absent = cli(["status", "--check", "triton,kernelbench"])
+    assert absent.returncode == 1 and "kernelbench: absent: kernelbench is not installed" in absent.stdout
+    off = cli(["status", "--check", "triton"], {"CLEANFLUSH_DISABLE": "triton"})
+    assert off.returncode == 1 and "triton: disabled" in off.stdout
+    typo = cli(["status", "--check", "tritn"])
+    assert typo.returncode == 2 and "unknown targets tritn; valid: triton, inductor" in typo.stderr
     # nothing to patch at all: a CI gate must see it
-    nothing = run_python(
+    broken = run_python(
         "import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
         "from cleanflush.__main__ import main; sys.exit(main(['status', '--check']))")
-    assert nothing.returncode == 1 and "no benchmarker here can be patched" in nothing.stdout
+    assert broken.returncode == 1 and "triton.testing: failed: installed, but the import failed" in broken.stdout
+
+
+def test_status_check_fails_where_nothing_can_be_patched():
+    from cleanflush.cli import status
+
+    row = {"name": "triton", "target": "triton", "state": "absent", "detail": "triton is not installed"}
+    data = {"programs_get": "CLEANFLUSH is unset", "disable_problem": None, "targets": [row]}
+    assert status.problems(data) == ["no benchmarker here can be patched (is torch or triton installed?)"]
+    assert status.problems({**data, "targets": [{**row, "state": "pending"}]}) == []
+    assert status.problems(data, ["triton"]) == ["triton: absent: triton is not installed"]
 
 
 def test_json_means_the_same_in_every_command(tmp_path):
@@ -70,7 +95,10 @@ def test_json_means_the_same_in_every_command(tmp_path):
     assert "environment" in to_stdout.stderr  # the text went to stderr
     path = tmp_path / "status.json"
     to_file = cli(["status", "--json", str(path)])
-    assert "environment" in to_file.stdout and json.loads(path.read_text())["schema"] == 1
+    assert "environment" in to_file.stdout and json.loads(path.read_text())["schema"] == 2
+    for bad in (tmp_path / "no" / "such.json", tmp_path):  # checked before any work: usage error
+        refused = cli(["status", "--json", str(bad)])
+        assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1
 
 
 def test_run_validates_the_policy_before_starting():
@@ -139,8 +167,8 @@ def test_report_file_records_each_process_that_flushed(tmp_path):
     assert line["argv"] == ["-c"] and line["cuda_visible_devices"] == "3"
     assert "triton.backends.nvidia.driver.CudaDriver.clear_cache" in line["patched"]
     assert line["patched"] == sorted(line["patched"])
-    assert set(line) == {"pid", "ppid", "argv", "source", "env_at_start", "cuda_visible_devices", "flushes",
-                         "patched"}
+    assert set(line) == {"pid", "ppid", "argv", "source", "env_at_start", "default_policy", "cuda_visible_devices",
+                         "flushes", "patched"}
 
 
 def test_an_unwritable_report_says_why_on_stderr(tmp_path):
@@ -173,7 +201,7 @@ def test_status_and_verify_without_torch_or_triton():
 
     status = run("status")
     assert status.returncode == 0, status.stderr
-    assert "installed, but the import failed" in status.stdout
+    assert " failed   installed, but the import failed: ModuleNotFoundError" in status.stdout
     assert "before 3.0" not in status.stdout
     assert "Traceback" not in status.stderr
     verify = run("verify")

@@ -24,6 +24,7 @@ from cleanflush.patches import flashinfer as patch
 from .conftest import run_python
 from .ops import OpRecorder, SmallCudaWrites, overlaps
 
+pytestmark = pytest.mark.harness  # the `harness` extra: pytest -m harness
 utils = pytest.importorskip("flashinfer.testing.utils")
 testing = importlib.import_module("flashinfer.testing")
 STOCK_EMPTY = torch.empty
@@ -98,7 +99,7 @@ def test_the_cupti_timer_falling_back_to_events_flushes_once_per_call(cpu_timer,
     assert flush_ops(rec) == ["neg"] + ["zero_", "sum", "neg"] * FLUSHES
     assert cleanflush.flush_counts() == {("flashinfer", "write-read"): FLUSHES}
     assert not [w for w in recwarn if "cleanflush" in str(w.message)]
-    assert all(r.patched for r in cleanflush.status() if r.package == "flashinfer")
+    assert all(r.patched for r in cleanflush.status() if r.name == "flashinfer")
 
 
 def test_a_buffer_of_another_shape_runs_stock_and_says_so(cpu_timer, monkeypatch):
@@ -110,7 +111,7 @@ def test_a_buffer_of_another_shape_runs_stock_and_says_so(cpu_timer, monkeypatch
     assert flush_ops(rec) == ["neg"] + ["zero_", "neg"] * FLUSHES
     assert cleanflush.flush_counts() == {}
     row = {r.target: r for r in cleanflush.status()}[f"{patch.MODULE}.bench_gpu_time_with_cuda_event"]
-    assert (row.patched, row.version) == (False, "0.7.4") and row.detail.startswith("unsupported: made no flush buffer")
+    assert (row.state, row.version) == ("unsupported", "0.7.4") and row.detail.startswith("made no flush buffer")
     assert torch.empty is STOCK_EMPTY
     # the other timer's miss is its own, said once more
     with pytest.warns(RuntimeWarning, match="bench_gpu_time_with_cupti made no flush buffer"):
@@ -146,7 +147,7 @@ def test_re_exports_in_either_import_order(first):
 
 
 def test_status_rows():
-    rows = {r.target: r for r in cleanflush.status() if r.package == "flashinfer"}
+    rows = {r.target: r for r in cleanflush.status() if r.name == "flashinfer"}
     assert sorted(rows) == [f"{patch.MODULE}.{name}" for name in
                             ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti", "bench_kineto")]
     assert all(r.patched and r.version == "0.7.4" for r in rows.values())
@@ -229,16 +230,14 @@ def test_a_call_the_signature_rejects_is_the_stock_codes_error(cpu_timer):
 def test_a_version_without_the_timers_says_so(monkeypatch):
     import types
 
+    from cleanflush._state import Site
+
     module = types.ModuleType(patch.MODULE)
     monkeypatch.setitem(sys.modules, patch.MODULE, module)
-    patch.apply()
-    rows = {r.target: r for r in patch.status()}
-    for name in patch.TIMERS:
-        assert rows[f"{patch.MODULE}.{name}"] == cleanflush._state.TargetStatus(
-            f"{patch.MODULE}.{name}", "flashinfer", "0.7.4", False,
-            f"unsupported: {patch.MODULE} has no function {name}; stock flush kept")
-    kineto = rows[f"{patch.MODULE}.bench_kineto"]
-    assert not kineto.patched and kineto.detail == f"unsupported: {patch.MODULE} has no bench_kineto; stock flush kept"
+    assert patch.apply() == [
+        *(Site(f"{patch.MODULE}.{name}", "unsupported", f"{patch.MODULE} has no function {name}; stock flush kept")
+          for name in patch.TIMERS),
+        Site(f"{patch.MODULE}.bench_kineto", "unsupported", f"{patch.MODULE} has no bench_kineto; stock flush kept")]
 
 
 def test_a_match_that_raises_hands_out_nothing():
@@ -306,15 +305,15 @@ def test_too_many_arguments_is_the_stock_codes_error(cpu_timer):
 
 def test_a_reinstall_patches_the_timers_and_their_re_exports_again(cpu_timer):
     cleanflush.uninstall()
-    cleanflush._state.reset_for_tests()
+    cleanflush._state.reset()
     cleanflush.install()
     x = torch.ones(8)
     for timer in (utils.bench_gpu_time_with_cuda_event, testing.bench_gpu_time_with_cuda_event):
         timer(lambda: torch.neg(x), dry_run_iters=2, repeat_iters=3)
     assert cleanflush.flush_counts() == {("flashinfer", "write-read"): 2 * FLUSHES}
     detail = "its local flush buffer zeroes through the flush; checked against flashinfer-python 0.7.4"
-    rows = [r for r in cleanflush.status() if r.package == "flashinfer" and r.target.endswith(patch.TIMERS)]
-    assert rows == [cleanflush._state.TargetStatus(f"{patch.MODULE}.{name}", "flashinfer", "0.7.4", True, detail)
+    rows = [r for r in cleanflush.status() if r.name == "flashinfer" and r.target.endswith(patch.TIMERS)]
+    assert rows == [cleanflush.TargetStatus("flashinfer", f"{patch.MODULE}.{name}", "0.7.4", "patched", detail)
                     for name in patch.TIMERS]
 
 
@@ -328,7 +327,8 @@ def test_a_timer_whose_signature_lost_its_flush_argument_runs_stock_and_says_so(
         return [1.0]
 
     timer = _wrapt.FunctionWrapper(bench_gpu_time_with_cuda_event, patch._timer)
-    with pytest.warns(RuntimeWarning, match="its signature has no 'cold_l2_cache' argument; its stock flush ran"):
+    with pytest.warns(RuntimeWarning, match="its signature has no 'cold_l2_cache' argument; its stock flush runs"):
         assert timer(lambda: None) == [1.0]
     row = {r.target: r for r in cleanflush.status()}[f"{patch.MODULE}.bench_gpu_time_with_cuda_event"]
-    assert row.patched is False and row.detail == "unsupported: its signature has no 'cold_l2_cache' argument; its stock flush ran"
+    assert (row.state, row.detail) == ("unsupported", "its signature has no 'cold_l2_cache' argument; its stock "
+                                                      "flush ran")

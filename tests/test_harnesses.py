@@ -1,11 +1,10 @@
 """Harnesses whose flush is a module function (KernelBench, SOL-ExecBench, DeepEP), on CPU.
 
 None of them installs from the package index (git-only), so each is a stand-in module that
-reproduces the real layout: the flush function's name, signature and body, and a benchmark
-loop that looks it up as a module global before each timed call, as the real one does.
-Read at: ScalingIntelligence/KernelBench 0de4ce8 (src/kernelbench/timing.py),
-NVIDIA/SOL-ExecBench 2f55c0f (src/sol_execbench/core/bench/timing.py),
-deepseek-ai/DeepEP 855fa9d (deep_ep/utils/testing.py).  Devices are the CPU here.
+reproduces the real layout (tests/standins.py, with the commit each was read at): the flush
+function's name, signature and body, and a benchmark loop that looks it up as a module
+global before each timed call, as the real one does.  Their import orders, exact restore,
+disable and status rows are in tests/test_contract.py.
 """
 
 import importlib
@@ -21,50 +20,8 @@ from cleanflush import _flush
 
 from .conftest import run_python, write_stand_ins
 from .ops import OpRecorder, overlaps
+from .standins import MODULE_FUNCTIONS
 
-STAND_INS = {
-    "kernelbench/timing.py": '''
-        import torch
-
-        def clear_l2_cache(device="cuda"):
-            dummy = torch.empty((32, 1024, 1024), dtype=torch.int64, device=device)
-            dummy.fill_(42)
-            del dummy
-
-        def time_execution_with_cuda_event(kernel_fn, args, num_trials=3, device="cpu"):
-            for _ in range(num_trials):
-                clear_l2_cache(device=device)  # measuring cold cache performance
-                kernel_fn(*args)
-        ''',
-    "sol_execbench/core/bench/timing.py": '''
-        import torch
-
-        def _get_empty_cache_for_benchmark(device):
-            return torch.empty(2 * 1024 * 1024, dtype=torch.int8, device=device)
-
-        def _clear_cache(cache):
-            cache.zero_()
-
-        def bench_time_with_cuda_events(fn, rep=3, device="cpu"):
-            cache = _get_empty_cache_for_benchmark(device)
-            for _ in range(rep):
-                _clear_cache(cache)
-                fn()
-        ''',
-    "deep_ep/utils/testing.py": '''
-        import torch
-
-        def flush_l2_cache(enabled=True):
-            l2_flush_cache_size = 256e6
-            if enabled:
-                torch.empty(int(l2_flush_cache_size // 4), dtype=torch.int, device="cpu").zero_()
-
-        def bench(fn, num_tests=3, flush_l2=True):
-            for _ in range(num_tests):
-                flush_l2_cache(flush_l2)
-                fn()
-        ''',
-}
 MODULES = {"kernelbench": "kernelbench.timing", "sol-execbench": "sol_execbench.core.bench.timing",
            "deep-ep": "deep_ep.utils.testing"}
 FUNCTIONS = {"kernelbench": "clear_l2_cache", "sol-execbench": "_clear_cache", "deep-ep": "flush_l2_cache"}
@@ -77,7 +34,7 @@ SETUP_OPS = {"sol-execbench": ["empty"]}  # its cache, allocated once before the
 
 @pytest.fixture
 def stand_ins(tmp_path, monkeypatch):
-    write_stand_ins(tmp_path, STAND_INS)
+    write_stand_ins(tmp_path, MODULE_FUNCTIONS)
     monkeypatch.syspath_prepend(str(tmp_path))
     for module in MODULES.values():
         importlib.import_module(module)
@@ -115,47 +72,12 @@ def test_the_bench_loop_flushes_under_each_policy(stand_ins, harness):
             assert not any(overlaps(read, w) for w in written)
 
 
-@pytest.mark.parametrize("harness", list(MODULES))
-def test_exact_restore_and_status(stand_ins, harness):
-    module = importlib.import_module(MODULES[harness])
-    name = FUNCTIONS[harness]
-    patched = vars(module)[name]
-    assert isinstance(patched, wrapt.FunctionWrapper)
-    stock = patched.__wrapped__
-    row = next(r for r in cleanflush.status() if r.target == f"{MODULES[harness]}.{name}")
-    assert row.patched
-    cleanflush.uninstall()
-    assert vars(module)[name] is stock
-    cleanflush.install()
-    assert vars(module)[name].__wrapped__ is stock
-
-
 def test_deep_ep_flush_switched_off_stays_off(stand_ins):
     module = importlib.import_module("deep_ep.utils.testing")
     with OpRecorder() as rec:
         module.bench(lambda: None, flush_l2=False)
     assert rec.names == []
     assert cleanflush.flush_counts() == {}
-
-
-def test_disable_names_each_harness(stand_ins, monkeypatch):
-    monkeypatch.setenv("CLEANFLUSH_DISABLE", "kernelbench")
-    cleanflush.uninstall()
-    cleanflush.install()
-    module = importlib.import_module("kernelbench.timing")
-    assert not isinstance(vars(module)["clear_l2_cache"], wrapt.FunctionWrapper)
-    assert isinstance(vars(importlib.import_module("deep_ep.utils.testing"))["flush_l2_cache"],
-                      wrapt.FunctionWrapper)
-    rows = {r.target: r.detail for r in cleanflush.status()}
-    assert rows["kernelbench: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
-
-
-def test_disabled_deep_ep_says_so_in_status(stand_ins, monkeypatch):
-    monkeypatch.setenv("CLEANFLUSH_DISABLE", "deep-ep")
-    cleanflush.uninstall()
-    cleanflush.install()
-    rows = {r.target: r.detail for r in cleanflush.status()}
-    assert rows["deep-ep: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
 
 
 def test_a_spawned_evaluator_is_patched_by_the_autoload(stand_ins):
@@ -191,24 +113,17 @@ def test_the_read_is_sized_from_what_the_harness_wrote(stand_ins, harness, monke
     assert cleanflush.flush_counts() == {(harness, "write-read"): 3}
 
 
-def expected_rows(harness, detail, patched):
-    target = f"{MODULES[harness]}.{FUNCTIONS[harness]}"
-    return [cleanflush._state.TargetStatus(target, harness, None, patched, detail)]  # not installed: no version
+def rows_of(harness):
+    return [(r.target, r.state, r.detail) for r in cleanflush.status() if r.name == harness]
 
 
 @pytest.mark.parametrize("harness, commit", [("kernelbench", "KernelBench 0de4ce8"),
                                              ("sol-execbench", "SOL-ExecBench 2f55c0f"),
                                              ("deep-ep", "DeepEP 855fa9d")])
-def test_status_rows_through_a_harness_life(stand_ins, harness, commit):
-    from cleanflush.patches import TARGETS
-
-    target = next(t for t in TARGETS if t.NAME == harness)
-    assert target.HOOKS == (MODULES[harness],)
+def test_status_rows_name_the_commit_and_a_version_without_the_function(stand_ins, harness, commit):
+    target = f"{MODULES[harness]}.{FUNCTIONS[harness]}"
     patched = f"the flush its benchmarks call; checked against {commit}'s layout"
-    assert target.status() == expected_rows(harness, patched, True)
-    cleanflush.uninstall()
-    assert target.status() == expected_rows(harness, "uninstalled", False)
-    cleanflush.install()
+    assert rows_of(harness) == [(target, "patched", patched)]
     module = importlib.import_module(MODULES[harness])
     stock = vars(module).pop(FUNCTIONS[harness]).__wrapped__
     try:  # a version of the harness without the function: stock, and said
@@ -217,19 +132,10 @@ def test_status_rows_through_a_harness_life(stand_ins, harness, commit):
                                                 r"wrapped again after cleanflush \(or replaced\)"):
             cleanflush.uninstall()
         cleanflush.install()
-        gone = f"unsupported: {MODULES[harness]} has no function {FUNCTIONS[harness]}; stock flush kept"
-        assert target.status() == expected_rows(harness, gone, False)
+        gone = f"{MODULES[harness]} has no function {FUNCTIONS[harness]}; stock flush kept"
+        assert rows_of(harness) == [(target, "unsupported", gone)]
     finally:
         setattr(module, FUNCTIONS[harness], stock)
-
-
-@pytest.mark.parametrize("harness", list(MODULES))
-def test_status_of_a_harness_that_is_not_installed(harness):
-    from cleanflush.patches import TARGETS
-
-    assert MODULES[harness] not in sys.modules
-    target = next(t for t in TARGETS if t.NAME == harness)
-    assert target.status() == expected_rows(harness, f"{harness} is not installed", False)
 
 
 def test_keyword_calls_reach_the_stock_function_unchanged(stand_ins):
@@ -271,14 +177,16 @@ def test_where_each_harness_flushes(monkeypatch):
     cache = torch.zeros(1000, dtype=torch.int8)
     assert sol_execbench._where((cache,), {}) == (cache.device, 1000)
     assert sol_execbench._where((), {"cache": cache.view(torch.int32)}) == (cache.device, 1000)
-    assert sol_execbench._where((cache, 1), {}) is None  # not the call it makes: stock
-    assert sol_execbench._where(("not a tensor",), {}) is None
+    for args in ((cache, 1), ("not a tensor",)):  # not the call it makes: stock, said by the wrapper
+        with pytest.raises(TypeError, match="not _clear_cache\\(cache\\) with a tensor"):
+            sol_execbench._where(args, {})
 
 
 def test_a_module_function_target_of_its_own(monkeypatch):
     # the helper every module-function harness is built from, on a module made here
     import types as pytypes
 
+    from cleanflush._state import Site
     from cleanflush.patches._function import ModuleFunction
 
     module = pytypes.ModuleType("x_harness.timing")
@@ -289,19 +197,13 @@ def test_a_module_function_target_of_its_own(monkeypatch):
         cache.zero_()
 
     module.flush = flush
+    target = ModuleFunction("x-harness", "x_harness.timing", "flush", lambda args, kwargs: (args[0].device, 64),
+                            "checked against nothing")
+    assert target.apply() == []  # not imported: nothing to say
     monkeypatch.setitem(sys.modules, "x_harness.timing", module)
-    # its distribution: one that is installed here (wrapt), so its version shows in status
-    target = ModuleFunction("x-harness", "wrapt", "x_harness.timing", "flush",
-                            lambda args, kwargs: (args[0].device, 64), "checked against nothing")
-    assert (target.NAME, target.PACKAGE, target.HOOKS, target.target) == (
-        "x-harness", "wrapt", ("x_harness.timing",), "x_harness.timing.flush")
-    version = importlib.metadata.version("wrapt")
-    assert target.status() == [cleanflush._state.TargetStatus(
-        "x_harness.timing.flush", "x-harness", version, False, "not imported yet; patched when it is")]
-    target.apply()
+    assert target.apply() == [Site("x_harness.timing.flush", "patched",
+                                   "the flush its benchmarks call; checked against nothing")]
     try:
-        assert target.status() == [cleanflush._state.TargetStatus(
-            "x_harness.timing.flush", "x-harness", version, True, "the flush its benchmarks call; checked against nothing")]
         cache = torch.ones(16, dtype=torch.int32)
         _flush.prepare(cache.device)
         with OpRecorder() as rec:
@@ -313,10 +215,9 @@ def test_a_module_function_target_of_its_own(monkeypatch):
     finally:
         target.revert()
     assert module.flush is flush
-    assert target.status()[0].detail == "uninstalled"
 
 
-def test_a_call_the_where_function_cannot_read_runs_stock(monkeypatch):
+def test_a_call_the_where_function_cannot_read_runs_stock_said_once_and_counted(monkeypatch, recwarn):
     import types as pytypes
 
     from cleanflush.patches._function import ModuleFunction
@@ -328,25 +229,26 @@ def test_a_call_the_where_function_cannot_read_runs_stock(monkeypatch):
     def unreadable(args, kwargs):
         raise KeyError("a layout we do not know")
 
-    target = ModuleFunction("y-harness", "wrapt", "y_harness", "flush", unreadable, "checked against nothing")
+    target = ModuleFunction("y-harness", "y_harness", "flush", unreadable, "checked against nothing")
     target.apply()
     try:
         cache = torch.ones(16, dtype=torch.int32)
         with OpRecorder() as rec:
             module.flush(cache)
-        assert rec.names == ["zero_"] and cleanflush.flush_counts() == {}
+            module.flush(cache)
+        assert rec.names == ["zero_", "zero_"] and cleanflush.flush_counts() == {("y-harness", "write"): 2}
     finally:
         target.revert()
+    why = "y_harness.flush was called in a way cleanflush does not know (KeyError('a layout we do not know'))"
+    assert [str(w.message) for w in recwarn] == [f"cleanflush: y-harness: {why}; its stock flush runs"]
 
 
-def test_a_version_without_the_function_says_so_with_its_version(monkeypatch):
+def test_a_version_without_the_function_says_so(monkeypatch):
     import types as pytypes
 
+    from cleanflush._state import Site
     from cleanflush.patches._function import ModuleFunction
 
     monkeypatch.setitem(sys.modules, "z_harness", pytypes.ModuleType("z_harness"))
-    target = ModuleFunction("z-harness", "wrapt", "z_harness", "flush", lambda a, k: None, "checked")
-    target.apply()
-    assert target.status() == [cleanflush._state.TargetStatus(
-        "z_harness.flush", "z-harness", importlib.metadata.version("wrapt"), False,
-        "unsupported: z_harness has no function flush; stock flush kept")]
+    target = ModuleFunction("z-harness", "z_harness", "flush", lambda a, k: None, "checked")
+    assert target.apply() == [Site("z_harness.flush", "unsupported", "z_harness has no function flush; stock flush kept")]

@@ -14,6 +14,7 @@ import cleanflush
 
 from .ops import OpRecorder, SmallCudaWrites
 
+pytestmark = pytest.mark.harness  # the `harness` extra: pytest -m harness
 benchmarking = pytest.importorskip("helion.autotuner.benchmarking")
 triton = pytest.importorskip("triton")
 

@@ -16,7 +16,7 @@ from torch._inductor import utils as inductor_utils  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 import cleanflush  # noqa: E402
-from cleanflush import _flush  # noqa: E402
+from cleanflush import _flush, _state  # noqa: E402
 from cleanflush.patches import inductor as inductor_patch  # noqa: E402
 
 from .conftest import run_python  # noqa: E402
@@ -206,13 +206,13 @@ def test_uninstall_restores_exact_objects():
 
 
 def test_status_lists_each_inductor_target():
-    rows = {row.target: row for row in cleanflush.status() if row.package == "torch"}
+    rows = {row.target: row for row in cleanflush.status() if row.name == "inductor"}
     assert rows["InductorBenchmarker.benchmark_gpu"].patched
     assert rows["TritonBenchmarker.benchmark_gpu"].patched
     utils_row = rows["torch._inductor.utils._do_bench_using_profiling"]
     assert utils_row.patched == HAS_UTILS_REGION
     if not HAS_UTILS_REGION:
-        assert "unsupported" in utils_row.detail
+        assert utils_row.state == "unsupported"
     assert ("TorchProfilerBenchmarker.benchmark_gpu" in rows) == HAS_PROFILER_BENCH
     if HAS_PROFILER_BENCH:
         assert rows["TorchProfilerBenchmarker.benchmark_gpu"].patched
@@ -226,13 +226,11 @@ def test_unknown_shape_keeps_stock_and_says_why():
                 return "stock"
 
     with pytest.warns(RuntimeWarning, match="stock flush is kept"):
-        inductor_patch._apply_benchmarking(FakeModule)
+        sites = inductor_patch._apply_benchmarking(FakeModule)
     assert "get_event_pairs" not in vars(FakeModule.InductorBenchmarker)
     assert not isinstance(vars(FakeModule.InductorBenchmarker)["benchmark_gpu"], wrapt.FunctionWrapper)
-    row = cleanflush._state.STATE.targets["InductorBenchmarker.benchmark_gpu"]
-    assert (row.patched, row.detail) == (
-        False, "unsupported: no get_event_pairs/benchmark_gpu on InductorBenchmarker; stock flush kept")
-    inductor_patch._apply_benchmarking(benchmarking)  # back to the real module's row
+    assert sites == [_state.Site("InductorBenchmarker.benchmark_gpu", "unsupported",
+                                 "no get_event_pairs/benchmark_gpu on InductorBenchmarker; stock flush kept")]
 
 
 PROBE = """
@@ -272,9 +270,20 @@ READ_NOTE = "policy read runs as write-read here: the stock write is inline"
 
 
 def stand_in(**names):
-    module = types.ModuleType("stand-in")
+    """A module of those names, in sys.modules (the patch asks upstream's default device
+    function of the module by name, at call time)."""
+    module = types.ModuleType(f"stand_in_{len(STAND_INS)}")
     vars(module).update(names)
+    STAND_INS.append(module)
+    sys.modules[module.__name__] = module
     return module
+
+
+STAND_INS: list = []  # kept for the session: parameters made at collection refer to them
+
+
+def default_of(active):
+    return inductor_patch.upstream_default(*active.default)
 
 
 def bench_class():
@@ -289,20 +298,17 @@ def bench_class():
 
 
 def rows_recorded(apply, module):
-    """The torch rows that applying the patch to ``module`` records, and what it warned."""
-    cleanflush._state.reset_for_tests()  # only the rows of this application
+    """What applying the patch to ``module`` says of each site, and what it warned."""
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        apply(module)
-    recorded = [r for r in cleanflush._state.STATE.targets.values() if r.package == "torch"]
-    assert all(r.version == torch.__version__ for r in recorded)  # every row names the torch it is about
-    return {r.target: (r.patched, r.detail) for r in recorded}, [str(w.message) for w in said]
+        sites = apply(module)
+    return {s.target: (s.state, s.detail) for s in sites}, [str(w.message) for w in said]
 
 
 def test_torch_before_2_7_has_no_inductor_benchmarker_and_is_not_news():
     rows, said = rows_recorded(inductor_patch._apply_benchmarking, stand_in(TritonBenchmarker=bench_class()))
     assert rows == {"InductorBenchmarker.benchmark_gpu": (
-        False, "not in this torch (added in 2.7); TritonBenchmarker is the default")}
+        "unsupported", "not in this torch (added in 2.7); TritonBenchmarker is the default")}
     assert said == []
 
 
@@ -310,13 +316,13 @@ def test_torch_2_7_to_2_12_patches_the_inductor_benchmarker_only():
     module = stand_in(InductorBenchmarker=bench_class(), _get_default_gpu_device_type=lambda: "xpu")
     rows, said = rows_recorded(inductor_patch._apply_benchmarking, module)
     assert rows == {"InductorBenchmarker.benchmark_gpu": (
-        True, f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}")}
+        "patched", f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}")}
     assert said == []
     for name in ("benchmark_gpu", "get_event_pairs"):
         assert isinstance(vars(module.InductorBenchmarker)[name], wrapt.FunctionWrapper)
     active = module.InductorBenchmarker().benchmark_gpu(len, device_type="cuda")
     assert active[:3] == ("InductorBenchmarker.benchmark_gpu", None, "cuda")  # one L2 written
-    assert active.default_type() == "xpu"  # upstream's own choice, asked at call time
+    assert default_of(active) == "xpu"  # upstream's own choice, asked at call time
     assert inductor_patch._active.get() is None  # only during the call
 
 
@@ -327,16 +333,15 @@ def test_the_profiler_benchmarker_and_utils_calls_know_their_write(monkeypatch, 
                       _CALLABLE_PROFILE_EVENT_NAME="stand-in callable", _get_default_gpu_device_type=lambda: "xpu")
     rows, said = rows_recorded(inductor_patch._apply_benchmarking, module)
     assert rows["TorchProfilerBenchmarker.benchmark_gpu"] == (
-        True, f"read after the inline zero_(), outside the profiled 'stand-in callable' region; {READ_NOTE}")
+        "patched", f"read after the inline zero_(), outside the profiled 'stand-in callable' region; {READ_NOTE}")
     active = module.TorchProfilerBenchmarker().benchmark_gpu(len)
-    assert active[:3] == ("TorchProfilerBenchmarker.benchmark_gpu", written, None) and active.default_type() == "xpu"
+    assert active[:3] == ("TorchProfilerBenchmarker.benchmark_gpu", written, None) and default_of(active) == "xpu"
     utils = stand_in(_do_bench_using_profiling=lambda fn: inductor_patch._active.get(),
                      _DO_BENCH_PROFILE_EVENT_NAME="stand-in do_bench", get_gpu_type=lambda: "mtia")
     rows_recorded(inductor_patch._apply_utils, utils)
     active = utils._do_bench_using_profiling(len)
     assert active[:3] == ("torch._inductor.utils._do_bench_using_profiling", 256 * 10**6, None)
-    assert active.default_type() == "mtia"
-    assert {"stand-in callable", "stand-in do_bench"} <= inductor_patch._regions
+    assert default_of(active) == "mtia"
 
 
 @pytest.mark.parametrize("layout", ["no region name", "benchmark_gpu inherited", "no InductorBenchmarker"])
@@ -352,18 +357,18 @@ def test_a_profiler_benchmarker_of_another_layout_is_left_stock_and_said(layout)
         del names["InductorBenchmarker"]
     rows, said = rows_recorded(inductor_patch._apply_benchmarking, stand_in(**names))
     target = "TorchProfilerBenchmarker.benchmark_gpu"
-    assert rows[target] == (False, "unsupported: unknown TorchProfilerBenchmarker layout; stock flush kept")
+    assert rows[target] == ("unsupported", "unknown TorchProfilerBenchmarker layout; stock flush kept")
     assert said == [f"cleanflush: {target}: unknown TorchProfilerBenchmarker layout; its stock flush is kept"]
     assert not isinstance(vars(profiler).get("benchmark_gpu"), wrapt.FunctionWrapper)
 
 
 @pytest.mark.parametrize("layout, row", [
-    ({"do_bench_using_profiling": len}, "unsupported: torch < 2.10 inlines the flush in do_bench_using_profiling, "
+    ({"do_bench_using_profiling": len}, "torch < 2.10 inlines the flush in do_bench_using_profiling, "
                                         "which call sites import by name; stock flush kept"),
-    ({"_do_bench_using_profiling": len}, "unsupported: this torch's _do_bench_using_profiling has no named profiler "
+    ({"_do_bench_using_profiling": len}, "this torch's _do_bench_using_profiling has no named profiler "
                                          "region to put the read in front of (torch 2.13 has one); stock flush kept"),
     ({"_do_bench_using_profiling": len, "do_bench_using_profiling": len},
-     "unsupported: this torch's _do_bench_using_profiling has no named profiler region to put the read in front "
+     "this torch's _do_bench_using_profiling has no named profiler region to put the read in front "
      "of (torch 2.13 has one); stock flush kept"),
     ({"_do_bench_using_profiling": len, "_DO_BENCH_PROFILE_EVENT_NAME": "_DO_BENCH"},
      f"read after the inline zero_(), outside the profiled region; {READ_NOTE}"),
@@ -373,27 +378,27 @@ def test_each_utils_layout_gets_its_row_and_no_warning(layout, row):
     module = stand_in(**layout)
     rows, said = rows_recorded(inductor_patch._apply_utils, module)
     target = "torch._inductor.utils._do_bench_using_profiling"
-    assert rows == ({} if row is None else {target: (row.startswith("read"), row)})
+    assert rows == ({} if row is None else {target: ("patched" if row.startswith("read") else "unsupported", row)})
     assert said == []  # a known older torch is not news at every import
     wrapped = isinstance(vars(module).get("_do_bench_using_profiling"), wrapt.FunctionWrapper)
     assert wrapped == (row is not None and row.startswith("read"))
 
 
 def test_the_rows_of_this_torch_word_for_word():
-    rows = {r.target: (r.patched, r.detail) for r in cleanflush.status() if r.package == "torch"}
+    rows = {r.target: (r.state, r.detail) for r in cleanflush.status() if r.name == "inductor"}
     expected = {
-        "TritonBenchmarker.benchmark_gpu": (True, "flushes through triton.testing.do_bench: patched there"),
+        "TritonBenchmarker.benchmark_gpu": ("patched", "flushes through triton.testing.do_bench: patched there"),
         "InductorBenchmarker.benchmark_gpu": (
-            True, f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}"),
+            "patched", f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}"),
     }
     if HAS_PROFILER_BENCH:
         expected["TorchProfilerBenchmarker.benchmark_gpu"] = (
-            True, f"read after the inline zero_(), outside the profiled '_CALLABLE' region; {READ_NOTE}")
+            "patched", f"read after the inline zero_(), outside the profiled '_CALLABLE' region; {READ_NOTE}")
     if HAS_UTILS_REGION:
         expected["torch._inductor.utils._do_bench_using_profiling"] = (
-            True, f"read after the inline zero_(), outside the profiled region; {READ_NOTE}")
-    assert {t: rows[t] for t in expected} == expected
-    assert {r.version for r in cleanflush.status() if r.package == "torch"} == {torch.__version__}
+            "patched", f"read after the inline zero_(), outside the profiled region; {READ_NOTE}")
+    assert rows == expected
+    assert {r.version for r in cleanflush.status() if r.name == "inductor"} == {torch.__version__}
 
 
 def read_sizes(rec):
@@ -436,7 +441,8 @@ def test_without_a_device_type_the_read_goes_to_upstreams_default_device(monkeyp
 # torch never send: a device object, an index, another device argument, other arguments.
 
 def site(device_type=None, default="cpu"):
-    return inductor_patch._Site("InductorBenchmarker.benchmark_gpu", None, device_type, lambda: default)
+    module = stand_in(pick=lambda: default)
+    return inductor_patch._Site("InductorBenchmarker.benchmark_gpu", None, device_type, (module.__name__, "pick"))
 
 
 def test_the_read_device_is_the_current_one_of_the_named_type(monkeypatch):
@@ -512,18 +518,17 @@ def test_a_region_without_a_name_and_enters_arguments_pass_through():
     assert calls == [((1,), {"k": 2})]
 
 
-def test_the_triton_benchmarker_row_comes_first():
-    assert inductor_patch.status()[0].target == "TritonBenchmarker.benchmark_gpu"
+def test_the_triton_benchmarker_row_follows_triton():
+    from cleanflush import _registry, _targets
 
-
-def test_before_inductor_is_imported_one_row_says_so(monkeypatch):
-    for name in (inductor_patch.BENCHMARKING, inductor_patch.UTILS):
-        monkeypatch.delitem(sys.modules, name)
-    cleanflush._state.reset_for_tests()
-    assert [(r.target, r.package, r.patched) for r in inductor_patch.status()] == [("torch._inductor", "torch", False)]
+    assert inductor_patch.derived() == [_state.Site("TritonBenchmarker.benchmark_gpu", "patched",
+                                                    "flushes through triton.testing.do_bench: patched there")]
+    _targets.revert(_registry.BY_NAME["triton"])
+    assert inductor_patch.derived() == [_state.Site("TritonBenchmarker.benchmark_gpu", "off",
+                                                    "flushes through triton.testing.do_bench: its flush is not patched")]
 
 
 def test_a_torch_without_the_default_device_function_reads_on_cuda():
     """Before torch named its default GPU type, Inductor's benchmarkers were CUDA only."""
-    assert inductor_patch._upstream_default(stand_in(), "_get_default_gpu_device_type")() == "cuda"
-    assert inductor_patch._upstream_default(stand_in(pick=lambda: "xpu"), "pick")() == "xpu"
+    assert inductor_patch.upstream_default(stand_in().__name__, "_get_default_gpu_device_type") == "cuda"
+    assert inductor_patch.upstream_default(stand_in(pick=lambda: "xpu").__name__, "pick") == "xpu"

@@ -1,11 +1,9 @@
 """DeepGEMM's and SGLang's ``bench_kineto`` (FlashInfer's copy runs for real in
 tests/test_flashinfer.py).  Neither installs on CPU from the package index (DeepGEMM is
 git-only and compiles at import; SGLang's package pulls a serving stack), so each is a
-stand-in with the layout read at deepseek-ai/DeepGEMM 54e2261
-(deep_gemm/testing/bench.py, star-imported by deep_gemm/testing/__init__.py) and
-sgl-project/sglang 126a97f (python/sglang/srt/bench_utils.py): the signature, the first
-unflushed call, and the 8 GB inline write before each profiled call (the profiler and
-the table parsing, which the read kernel's name keeps out of, are left out).
+stand-in (tests/standins.py, with the commits read): the signature, the first unflushed
+call, and the 8 GB inline write before each profiled call.  Their import orders, restore,
+disable and status rows are in tests/test_contract.py.
 """
 
 import importlib
@@ -20,33 +18,14 @@ from cleanflush.patches import deep_gemm, sglang
 
 from .conftest import run_python, write_stand_ins
 from .ops import OpRecorder, SmallCudaWrites
+from .standins import KINETO
 
-BENCH_KINETO = '''
-    import torch
-
-    def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: bool = False,
-                     trace_path: str = None, flush_l2: bool = True, with_multiple_kernels: bool = False,
-                     {extra}):
-        flush_l2_size = int(8e9 // 4)
-        fn()
-        for i in range(2):
-            for _ in range(num_tests):
-                if flush_l2:
-                    torch.empty(flush_l2_size, dtype=torch.int, device={quote}cuda{quote}).zero_()
-                fn()
-        return 1
-'''
-STAND_INS = {
-    "deep_gemm/testing/bench.py": BENCH_KINETO.format(extra="barrier=None", quote="'"),
-    "deep_gemm/testing/__init__.py": "from . import bench\nfrom .bench import *\n",
-    "sglang/srt/bench_utils.py": BENCH_KINETO.replace("{extra}):", "):").format(quote='"'),
-}
 TARGETS = {"deep-gemm": (deep_gemm, "deep_gemm.testing.bench"), "sglang": (sglang, "sglang.srt.bench_utils")}
 
 
 @pytest.fixture
 def stand_ins(tmp_path, monkeypatch):
-    write_stand_ins(tmp_path, STAND_INS)
+    write_stand_ins(tmp_path, KINETO)
     monkeypatch.syspath_prepend(str(tmp_path))
     for patch in (deep_gemm, sglang):
         monkeypatch.setattr(patch.TARGET, "device", lambda: torch.device("cpu"))
@@ -92,20 +71,6 @@ def test_deep_gemm_tests_get_the_patched_name_through_the_star_import(stand_ins)
     assert vars(testing)["bench_kineto"] is stock and vars(bench)["bench_kineto"] is stock
 
 
-@pytest.mark.parametrize("harness", list(TARGETS))
-def test_status_and_disable(stand_ins, harness, monkeypatch):
-    patch, module = TARGETS[harness]
-    importlib.import_module(module)
-    row = {r.target: r for r in cleanflush.status()}[f"{module}.bench_kineto"]
-    assert row.patched and row.package == harness
-    monkeypatch.setenv("CLEANFLUSH_DISABLE", harness)
-    cleanflush.uninstall()
-    cleanflush.install()
-    assert not isinstance(vars(sys.modules[module])["bench_kineto"], wrapt.FunctionWrapper)
-    rows = {r.target: r.detail for r in cleanflush.status()}
-    assert rows[f"{harness}: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
-
-
 def test_a_fresh_interpreter_with_the_autoload_patches_deep_gemm(stand_ins):
     child = run_python("""
         import sys; sys.path.insert(0, %r)
@@ -125,7 +90,7 @@ def test_a_signature_without_flush_l2_runs_stock_and_says_so(stand_ins):
         return 1
 
     wrapper = wrapt.FunctionWrapper(bench_kineto, sglang.TARGET._wrapper)
-    with pytest.warns(RuntimeWarning, match="runs stock: its signature has no fn or flush_l2"):
+    with pytest.warns(RuntimeWarning, match="runs stock: its signature has no fn or flush_l2; its stock flush runs"):
         assert wrapper(lambda: None, "nvjet") == 1
 
 
@@ -183,16 +148,12 @@ def test_a_call_its_signature_rejects_is_the_stock_codes_error(stand_ins):
 def test_a_module_without_bench_kineto_says_so(monkeypatch):
     import types
 
+    from cleanflush._state import Site
+
     module = types.ModuleType("sglang.srt.bench_utils")
     monkeypatch.setitem(sys.modules, "sglang.srt.bench_utils", module)
-    sglang.apply()
-    row = {r.target: r for r in sglang.status()}["sglang.srt.bench_utils.bench_kineto"]
-    assert not row.patched and row.detail == "unsupported: sglang.srt.bench_utils has no bench_kineto; stock flush kept"
-
-
-def test_status_when_not_installed():
-    assert [(r.target, r.detail) for r in deep_gemm.status()] == [
-        ("deep_gemm.testing.bench.bench_kineto", "deep-gemm is not installed")]
+    assert sglang.apply() == [Site("sglang.srt.bench_utils.bench_kineto", "unsupported",
+                                   "sglang.srt.bench_utils has no bench_kineto; stock flush kept")]
 
 
 def test_the_read_after_the_8_gb_write_is_2_l2(stand_ins):
@@ -216,10 +177,10 @@ def test_each_reason_to_run_stock_is_said(stand_ins, monkeypatch):
         monkeypatch.setattr(_flush, "prepare", lambda device: _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None))
         bench_kineto(lambda: None, "nvjet", num_tests=1)
     assert [str(w.message) for w in said] == [
-        "cleanflush: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep would "
-        "match kernel name 'sweep'",
-        "cleanflush: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep is "
-        "unavailable, and torch's sum would be picked by kernel-name filters"]
+        "cleanflush: sglang: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep "
+        "would match kernel name 'sweep'; its stock flush runs",
+        "cleanflush: sglang: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep is "
+        "unavailable, and torch's sum would be picked by kernel-name filters; its stock flush runs"]
 
 
 def test_too_many_arguments_is_the_stock_codes_error(stand_ins):
@@ -229,28 +190,26 @@ def test_too_many_arguments_is_the_stock_codes_error(stand_ins):
 
 
 def test_rows_of_an_installed_harness(stand_ins, tmp_path, monkeypatch):
-    from cleanflush.patches import installed_version
+    from cleanflush import _registry, _targets
 
     dist = tmp_path / "sglang-0.5.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.1\n")
-    installed_version.cache_clear()
+    _targets.version.cache_clear()
     try:
         cleanflush.uninstall()
         cleanflush.install()
         target = "sglang.srt.bench_utils.bench_kineto"
-        assert {r.target: r for r in sglang.status()}[target] == cleanflush._state.TargetStatus(
-            target, "sglang", "0.5.1", True,
-            "the read runs between its 8 GB write and each call; checked against SGLang 126a97f's layout")
+        rows = [r for r in cleanflush.status() if r.name == "sglang"]
+        assert rows == [cleanflush.TargetStatus(
+            "sglang", target, "0.5.1", "patched",
+            "the read runs between its 8 GB write and each call; checked against SGLang 126a97f's layout")]
         cleanflush.uninstall()
-        assert [r.detail for r in sglang.status()] == ["uninstalled"]
-        cleanflush._state.reset_for_tests()
+        cleanflush._state.reset()
         del sys.modules["sglang.srt.bench_utils"]
-        assert [(r.version, r.detail) for r in sglang.status()] == [("0.5.1", "cleanflush is not installed")]
-        import types
-
-        monkeypatch.setitem(sys.modules, "sglang.srt.bench_utils", types.ModuleType("sglang.srt.bench_utils"))
-        sglang.apply()
-        assert [(r.version, r.patched) for r in sglang.status()] == [("0.5.1", False)]
+        cleanflush.install()
+        rows = [r for r in cleanflush.status() if r.name == "sglang"]
+        assert [(r.version, r.state) for r in rows] == [("0.5.1", "pending")]  # installed, not imported yet
+        assert _targets.version(_registry.BY_NAME["sglang"]) == "0.5.1"
     finally:
-        installed_version.cache_clear()
+        _targets.version.cache_clear()

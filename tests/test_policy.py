@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import cleanflush
-from cleanflush import _policy
+from cleanflush import _policy, _state
 
 from .conftest import run_python
 
@@ -210,7 +210,7 @@ def test_stress_shared_objects_in_threads_and_tasks():
     for t in threads:
         t.join()
     assert failures == []
-    assert _policy._open_anywhere == []
+    assert _state.STATE.open_blocks == []
     assert os.environ["CLEANFLUSH"] == "write-read"
     assert cleanflush.current_policy() == "write-read"
 
@@ -262,14 +262,24 @@ def test_uninstall_inside_a_block_leaves_children_stock():
 
 def test_install_inside_a_block_exports_the_block_then_the_default():
     cleanflush.uninstall()
-    os.environ["CLEANFLUSH"] = "0"
     with cleanflush.policy("write"):
-        assert os.environ["CLEANFLUSH"] == "0"  # off here: a block does not turn children on
+        assert "CLEANFLUSH" not in os.environ  # not installed here: a block does not turn children on
         cleanflush.install()
         assert os.environ["CLEANFLUSH"] == "write" and child_policy() == "write"
     assert os.environ["CLEANFLUSH"] == "write-read" and child_policy() == "write-read"
     cleanflush.uninstall()
-    assert os.environ["CLEANFLUSH"] == "0" and child_policy() == "off"
+    assert "CLEANFLUSH" not in os.environ and child_policy() == "write-read"  # a child's own import installs
+
+
+def test_install_under_cleanflush_0_does_nothing_and_children_stay_off():
+    cleanflush.uninstall()
+    os.environ["CLEANFLUSH"] = "0"
+    with cleanflush.policy("write"):
+        assert cleanflush.install() is False and not cleanflush.is_installed()
+        assert os.environ["CLEANFLUSH"] == "0" and child_policy() == "off"
+        assert cleanflush.current_policy() == "write"  # what a flush runs while nothing is installed: stock
+    assert os.environ["CLEANFLUSH"] == "0"
+    os.environ.pop("CLEANFLUSH")
 
 
 def test_block_in_a_process_where_cleanflush_is_off_keeps_children_off():

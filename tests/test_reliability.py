@@ -63,31 +63,6 @@ def test_failed_read_allocation_under_warnings_as_errors(policy):
     assert len(lines) == 1 and "warnings are errors" in lines[0], child.stderr
 
 
-# BUG-E2 and BUG-G: a patch that fails inside the user's `import triton`, under -W error ---
-
-def test_failing_patch_under_warnings_as_errors_keeps_import_and_says_why():
-    child = run_python(
-        """
-        import cleanflush
-        from cleanflush.patches import triton as patch
-        def broken():
-            raise RuntimeError("unexpected triton layout")
-        patch.apply = broken
-        import triton, triton.testing
-        cls = triton.backends.backends["nvidia"].driver
-        print(type(vars(cls)["clear_cache"]).__name__)
-        for row in cleanflush.status():
-            if not row.patched and "patch failed" in row.target:
-                print(row.detail)
-        """,
-        args=("-W", "error"),
-    )
-    assert child.returncode == 0, child.stderr
-    kind, detail = child.stdout.splitlines()
-    assert kind == "function"
-    assert "could not patch triton" in detail and "unexpected triton layout" in detail
-
-
 def test_warn_once_falls_back_to_stderr_when_warnings_raise(capsys):
     import warnings
 
@@ -126,10 +101,12 @@ def test_clear_cache_called_another_way_gets_the_callers_arguments_and_counts_th
     for _ in range(2):
         assert triton_patch._clear_cache(stock, None, (cache, 7), {"flag": True}) == "stock result"
     assert [(len(a), a[0] is cache, a[1:], k) for a, k in calls] == [(2, True, (7,), {"flag": True})] * 2
-    said = [str(w.message) for w in recwarn if "clear_cache called" in str(w.message)]
-    assert said == ["cleanflush: clear_cache called as (args=2, kwargs=['flag']), not clear_cache(cache); "
-                    "its stock flush is kept"]
+    why = "clear_cache was called as (args=2, kwargs=['flag']), not clear_cache(cache)"
+    said = [str(w.message) for w in recwarn if "clear_cache was called" in str(w.message)]
+    assert said == [f"cleanflush: triton: {why}; its stock flush runs"]
     assert cleanflush.flush_counts() == {("triton", "write"): 2}
+    row = {r.target: r for r in cleanflush.status()}["flushes in triton"]
+    assert (row.state, row.detail) == ("failed", f"{why}: those flushes ran the stock code")
 
 
 def test_get_empty_cache_passes_the_callers_arguments_on():
@@ -247,28 +224,12 @@ def test_threads_flushing_first_at_once_allocate_one_buffer(monkeypatch):
 
 # Per-target switch ---------------------------------------------------------------------
 
-def test_disable_one_target_from_the_environment():
-    child = run_python(
-        """
-        import json, cleanflush, triton
-        import torch._inductor.runtime.benchmarking as b
-        cls = triton.backends.backends["nvidia"].driver
-        rows = {r.target: (r.patched, r.detail) for r in cleanflush.status()}
-        print(json.dumps({"triton": type(vars(cls)["clear_cache"]).__name__,
-                          "inductor": type(vars(b.InductorBenchmarker)["benchmark_gpu"]).__name__,
-                          "row": rows.get("inductor: every target")}))
-        """,
-        {"CLEANFLUSH": "1", "CLEANFLUSH_DISABLE": " Inductor "},
-    )
-    assert child.returncode == 0, child.stderr
-    out = json.loads(child.stdout)
-    assert out["triton"] == "FunctionWrapper" and out["inductor"] == "function"
-    assert out["row"] == [False, "disabled by CLEANFLUSH_DISABLE; stock flush kept"]
-
-
-def test_disable_with_an_unknown_name_says_the_valid_ones_once():
-    child = run_python("import cleanflush, triton; print(cleanflush.is_installed())",
-                       {"CLEANFLUSH": "1", "CLEANFLUSH_DISABLE": "tritonn"})
-    assert child.stdout.strip() == "True"
+def test_disable_with_an_unknown_name_names_it_once_and_the_valid_ones_still_apply():
+    child = run_python("import triton  # the user's line: the autoload installs here\nimport triton.testing, cleanflush\n"
+                       "print([r.state for r in cleanflush.status() if r.name == 'triton'])",
+                       {"CLEANFLUSH": "1", "CLEANFLUSH_DISABLE": "foo,triton"})
+    assert child.stdout.strip() == "['disabled']", child.stderr
     lines = [line for line in child.stderr.splitlines() if "CLEANFLUSH_DISABLE" in line]
-    assert len(lines) == 1 and "tritonn" in lines[0] and "triton, inductor" in lines[0], child.stderr
+    assert len(lines) == 1, child.stderr
+    assert "unknown targets foo (ignored); valid targets: triton, inductor" in lines[0]
+    assert lines[0].startswith("<string>:1: RuntimeWarning"), lines  # at the user's import, not in importlib

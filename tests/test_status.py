@@ -1,7 +1,7 @@
-"""``cleanflush.status()`` rows: what they say after uninstall, after one package is reverted,
-before a target is imported, and the row schema the JSON outputs carry."""
+"""``cleanflush.status()`` rows: what they say after uninstall, after one target is reverted,
+before a target is imported, under CLEANFLUSH=0, and the row schema the JSON outputs carry.
+(Every target's rows through its life are in tests/test_contract.py.)"""
 
-import dataclasses
 import json
 
 import pytest
@@ -9,15 +9,14 @@ import torch
 import wrapt
 
 import cleanflush
-from cleanflush import _state
-from cleanflush.patches import inductor as inductor_patch
-from cleanflush.patches import triton as triton_patch
+from cleanflush import _registry, _targets
 
 from .conftest import run_python
 
 triton = pytest.importorskip("triton")
 pytest.importorskip("torch._inductor.runtime.benchmarking")
 NVIDIA = "triton.backends.nvidia.driver.CudaDriver.clear_cache"
+TRITON, INDUCTOR = _registry.BY_NAME["triton"], _registry.BY_NAME["inductor"]
 
 
 def rows():
@@ -32,30 +31,21 @@ def test_after_uninstall_every_patched_row_says_uninstalled():
     cleanflush.uninstall()
     after = rows()
     for name, row in before.items():
-        assert after[name] == _state.TargetStatus(row.target, row.package, row.version, False, "uninstalled")
-    assert after["TritonBenchmarker.benchmark_gpu"].detail.endswith("its flush is not patched")
+        assert after[name] == cleanflush.TargetStatus(row.name, row.target, row.version, "off", "uninstalled")
+    computed_row = after["TritonBenchmarker.benchmark_gpu"]
+    assert computed_row.state == "off" and computed_row.detail.endswith("its flush is not patched")
 
 
-def test_reverting_one_package_leaves_the_others_rows():
-    triton_patch.revert()
+def test_reverting_one_target_leaves_the_others_rows():
+    _targets.revert(TRITON)
     after = rows()
-    assert not after[NVIDIA].patched and after[NVIDIA].detail == "uninstalled"
+    assert (after[NVIDIA].state, after[NVIDIA].detail) == ("off", "uninstalled")
     assert after["InductorBenchmarker.benchmark_gpu"].patched
-    inductor_patch.revert()
-    triton_patch.apply()
+    assert after["TritonBenchmarker.benchmark_gpu"].state == "off"  # it follows triton's own
+    _targets.revert(INDUCTOR)
+    _targets.apply(TRITON)
     after = rows()
     assert after[NVIDIA].patched and not after["InductorBenchmarker.benchmark_gpu"].patched
-
-
-def test_a_target_not_imported_yet():
-    version = triton.__version__
-    row = _state.not_loaded_row("triton", "triton", version)
-    assert row == _state.TargetStatus("triton", "triton", version, False, "not imported yet; patched when it is")
-    cleanflush.uninstall()
-    row = _state.not_loaded_row("triton", "triton", version)
-    assert row == _state.TargetStatus("triton", "triton", version, False, "cleanflush is not installed")
-    assert _state.not_loaded_row("x", "nothing", None) == _state.TargetStatus(
-        "x", "nothing", None, False, "nothing is not installed")
 
 
 def test_status_in_a_program_that_has_not_imported_torch_or_triton():
@@ -66,18 +56,37 @@ def test_status_in_a_program_that_has_not_imported_torch_or_triton():
         print(json.dumps([r.as_dict() for r in cleanflush.status()]))
         """)
     installed, uninstalled = (json.loads(line) for line in child.stdout.splitlines())
-    by_package = {r["package"]: r for r in installed}
-    assert by_package["triton"] == {"target": "triton", "package": "triton", "version": triton.__version__,
-                                    "patched": False, "detail": "not imported yet; patched when it is"}
-    assert by_package["torch"]["version"] == torch.__version__ and not by_package["torch"]["patched"]
-    assert all(not r["patched"] for r in installed + uninstalled)
+    by_name = {r["name"]: r for r in installed}
+    assert by_name["triton"] == {"name": "triton", "target": "triton", "version": triton.__version__,
+                                 "state": "pending", "patched": False, "detail": "not imported yet; patched when it is"}
+    assert by_name["inductor"]["version"] == torch.__version__ and by_name["inductor"]["state"] == "pending"
+    assert {r["state"] for r in uninstalled if r["version"]} == {"off"}
     assert {r["detail"] for r in uninstalled if r["version"]} == {"cleanflush is not installed"}
+    assert {r["state"] for r in installed + uninstalled if not r["version"]} == {"absent"}
 
 
-def test_row_dicts_are_the_dataclass_fields():
+def test_off_from_the_environment_says_so_in_every_row():
+    child = run_python("""
+        import json, triton, cleanflush
+        print(cleanflush.install(), cleanflush.is_installed(), cleanflush.current_policy())
+        print(json.dumps(sorted({(r["state"], r["detail"]) for r in map(cleanflush.TargetStatus.as_dict,
+                                                                      cleanflush.status()) if r["version"]})))
+        """, {"CLEANFLUSH": "0"})
+    flags, states = child.stdout.splitlines()
+    assert flags == "False False write"  # install() does nothing; the flush is the stock write
+    assert json.loads(states) == [["off", "CLEANFLUSH=0: off"]]
+
+
+def test_row_dicts_carry_every_field_and_the_patched_flag():
     row = rows()[NVIDIA]
-    assert row.as_dict() == dataclasses.asdict(row)
-    assert list(row.as_dict()) == ["target", "package", "version", "patched", "detail"]
+    assert row.as_dict() == {"name": "triton", "target": NVIDIA, "version": triton.__version__, "state": "patched",
+                             "patched": True, "detail": row.detail}
+
+
+@pytest.mark.parametrize("state", ["pending", "disabled", "unsupported", "failed", "absent", "off"])
+def test_only_the_patched_state_is_patched(state):
+    assert not cleanflush.TargetStatus("x", "y", None, state, "").patched
+    assert cleanflush.TargetStatus("x", "y", None, "patched", "").patched
 
 
 def test_a_foreign_wrapper_does_not_keep_a_dead_patch_alive():
@@ -97,3 +106,12 @@ def test_a_foreign_wrapper_does_not_keep_a_dead_patch_alive():
         cleanflush.uninstall()
         setattr(cls, "clear_cache", ours.__wrapped__)
         cleanflush.install()
+
+
+def test_a_later_apply_replaces_the_rows_it_recorded_before():
+    # an apply sees every module loaded so far: rows of an earlier apply do not linger
+    from cleanflush import _state
+
+    _state.record("triton", _state.Site("stale site", "patched", "from an earlier layout"))
+    _targets.apply(TRITON)
+    assert "stale site" not in rows()

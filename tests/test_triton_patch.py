@@ -11,13 +11,18 @@ import wrapt
 triton = pytest.importorskip("triton")
 
 import cleanflush  # noqa: E402
-from cleanflush import _flush  # noqa: E402
+from cleanflush import _flush, _registry, _state, _targets  # noqa: E402
 from cleanflush.patches import triton as triton_patch  # noqa: E402
 
 from .ops import OpRecorder, overlaps  # noqa: E402
 
 STOCK_EMPTY = torch.empty
 VERSION = importlib.metadata.version("triton")  # what each row must name
+TRITON = _registry.BY_NAME["triton"]
+
+
+def triton_rows():
+    return [row for row in cleanflush.status() if row.name == "triton"]
 
 
 def registry_drivers():
@@ -124,7 +129,7 @@ def test_get_empty_cache_prepares_the_read_buffer(monkeypatch):
     cache = bare_driver(cls).get_empty_cache_for_benchmark()
     # the stock tensor's storage, as the subclass whose zero_ is the flush
     assert type(cache).__name__ == "CleanFlushCache" and cache.data_ptr() == stock_cache.data_ptr()
-    buffer, _, l2, _ = _flush._buffers[cache.device]
+    buffer, _, l2, _ = _state.STATE.buffers[cache.device]
     assert buffer.numel() * 4 == _flush.buffer_bytes(l2) == 256 * 1024 * 1024
 
 
@@ -144,10 +149,10 @@ def do_bench_32_flush(driver):
 
 def test_triton_3_2_layout_flushes_through_the_inline_zero():
     original = vars(Triton32Driver)["get_empty_cache_for_benchmark"]
-    row = triton_patch.patch_class("fake32", Triton32Driver)
+    site = triton_patch.patch_class("fake32", Triton32Driver)
     try:
-        assert row == cleanflush._state.TargetStatus("fake32.get_empty_cache_for_benchmark", "triton", VERSION, True,
-                                                     "triton 3.2 layout: do_bench's inline zero_() runs the flush")
+        assert site == _state.Site("fake32.get_empty_cache_for_benchmark", "patched",
+                                   "triton 3.2 layout: do_bench's inline zero_() runs the flush")
         driver = Triton32Driver()
         _flush.prepare(torch.device("cpu"))
         for policy, expected in [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]:
@@ -164,10 +169,9 @@ def test_driver_without_flush_methods_is_reported_unsupported():
     class Triton31Driver:
         pass
 
-    row = triton_patch.patch_class("fake31", Triton31Driver)
-    assert row == cleanflush._state.TargetStatus(
-        "fake31.clear_cache", "triton", VERSION, False,
-        "unsupported: this driver has neither clear_cache nor get_empty_cache_for_benchmark "
+    site = triton_patch.patch_class("fake31", Triton31Driver)
+    assert site == _state.Site(
+        "fake31.clear_cache", "unsupported", "this driver has neither clear_cache nor get_empty_cache_for_benchmark "
         "(triton < 3.2 flushes inline in do_bench); stock flush kept")
     assert "clear_cache" not in vars(Triton31Driver)
 
@@ -200,12 +204,12 @@ def test_registry_copy_of_the_driver_is_patched_too(monkeypatch):
     monkeypatch.setitem(triton.backends.backends, "nvidia", type(backend)(backend.compiler, copy_cls))
     original = vars(copy_cls)["clear_cache"]
 
-    triton_patch.apply()
+    _targets.apply(TRITON)
     assert isinstance(vars(copy_cls)["clear_cache"], wrapt.FunctionWrapper)
     assert isinstance(vars(importable.CudaDriver)["clear_cache"], wrapt.FunctionWrapper)
     rows = {row.target: row for row in cleanflush.status()}
-    assert rows["triton.backends.backends['nvidia'].driver.clear_cache"] == cleanflush._state.TargetStatus(
-        "triton.backends.backends['nvidia'].driver.clear_cache", "triton", VERSION, True,
+    assert rows["triton.backends.backends['nvidia'].driver.clear_cache"] == cleanflush.TargetStatus(
+        "triton", "triton.backends.backends['nvidia'].driver.clear_cache", VERSION, "patched",
         "do_bench, autotuner and Proton helpers flush through it; harnesses that zero its cache tensor "
         "directly (tritonbench, Helion) flush through that tensor")
     cache = torch.full((16,), 5, dtype=torch.int32)
@@ -229,7 +233,7 @@ def test_a_failing_patch_warns_and_leaves_the_stock_flush(monkeypatch):
 
     cleanflush.uninstall()
     monkeypatch.setattr(triton_patch, "apply", broken)
-    with pytest.warns(RuntimeWarning, match="could not patch triton .*unexpected triton layout"):
+    with pytest.warns(RuntimeWarning, match=r"could not patch triton \(RuntimeError\('unexpected triton layout'\)\)"):
         cleanflush.install()
     for cls in registry_drivers().values():
         assert not isinstance(vars(cls)["clear_cache"], wrapt.FunctionWrapper)
@@ -240,10 +244,10 @@ def test_a_failing_patch_warns_and_leaves_the_stock_flush(monkeypatch):
 
 
 def test_triton_3_2_layout_counts_as_covering_do_bench(monkeypatch):
-    monkeypatch.setattr(cleanflush._state.STATE, "targets", {})
-    cleanflush._state.record(triton_patch.patch_class("fake32", Triton32Driver))
+    monkeypatch.setattr(_state.STATE, "sites", {})
+    _state.record("triton", triton_patch.patch_class("fake32", Triton32Driver))
     try:
-        assert triton_patch.driver_patched()
+        assert triton_patch.do_bench_state() == "patched"
     finally:
         cleanflush.uninstall()
 
@@ -341,10 +345,8 @@ def triton_31(monkeypatch):
     class Triton31Driver:
         pass
 
-    from cleanflush import _state
-
     cleanflush.uninstall()
-    _state.reset_for_tests()  # the real drivers' rows
+    _state.reset()  # the real drivers' rows
     testing = types.ModuleType("triton.testing")
     testing.do_bench = do_bench_31
     monkeypatch.setattr(triton.backends, "backends", {"nvidia": types.SimpleNamespace(driver=Triton31Driver)})
@@ -382,9 +384,8 @@ def test_triton_31_do_bench_flushes_its_local_buffer(triton_31, fast_flush):
 
 
 def test_triton_31_status_and_exact_restore(triton_31):
-    rows = [r for r in cleanflush.status() if r.package == "triton"]
-    assert [(r.target, r.patched, r.version, r.detail) for r in rows] == [(
-        "triton.testing.do_bench", True, VERSION,
+    assert [(r.target, r.state, r.version, r.detail) for r in triton_rows()] == [(
+        "triton.testing.do_bench", "patched", VERSION,
         "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush")]
     import torch._inductor.runtime.benchmarking  # noqa: F401  (TritonBenchmarker calls do_bench)
 
@@ -403,7 +404,7 @@ def test_triton_31_buffer_of_another_size_runs_stock_and_says_so(triton_31, monk
     assert [name for name in rec.names if name in ("zero_", "sum")] == ["zero_"] * 8
     assert cleanflush.flush_counts() == {}
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
-    assert row.patched is False and row.version == VERSION and "stock flush ran" in row.detail
+    assert (row.state, row.version) == ("unsupported", VERSION) and "stock flush ran" in row.detail
     assert torch.empty is STOCK_EMPTY
 
 
@@ -421,20 +422,19 @@ def test_the_buffer_match_takes_only_the_two_allocations_of_do_bench():
 
 def test_triton_31_do_bench_does_not_count_as_a_patched_driver(triton_31):
     """Proton's helpers flush through the driver, which triton 3.0-3.1 do not patch."""
-    assert triton_patch.do_bench_patched() and not triton_patch.driver_patched()
+    assert triton_patch.do_bench_state() == "patched"
+    proton = _state.Site("triton.testing.do_bench_proton", "unsupported", "the driver is not patched")
+    triton_31.do_bench_proton = lambda: None
+    assert triton_patch.derived() == [proton]
 
 
 def test_a_triton_without_driver_backends_is_reported_as_before_3_0(monkeypatch):
-
+    assert "triton.testing.do_bench" not in [row.target for row in triton_rows()]  # with its backends
     cleanflush.uninstall()
-    cleanflush._state.reset_for_tests()
-    assert [r.target for r in triton_patch.status()] == ["triton"]  # with its backends: not the pre-3.0 row
     monkeypatch.delitem(sys.modules, "triton.backends")
-    assert triton_patch.status() == [cleanflush._state.TargetStatus(
-        "triton.testing.do_bench", "triton", importlib.metadata.version("triton"), False,
-        "unsupported: this triton has no driver backends (before 3.0); stock flush kept")]
-    monkeypatch.delitem(sys.modules, "triton")
-    assert triton_patch.status()[0].target == "triton"  # triton not imported: not that row either
+    assert triton_patch.apply() == [_state.Site(
+        "triton.testing.do_bench", "unsupported", "this triton has no driver backends (before 3.0); stock flush kept")]
+    assert all(not isinstance(fn, wrapt.FunctionWrapper) for fn in stock_functions().values())
 
 
 def test_a_do_bench_of_unknown_layout_is_reported_unsupported(triton_31):
@@ -446,8 +446,8 @@ def test_a_do_bench_of_unknown_layout_is_reported_unsupported(triton_31):
     cleanflush.install()
     assert triton_31.do_bench is do_bench
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
-    assert (row.patched, row.version, row.detail) == (False, VERSION, "unsupported: neither the driver nor "
-                                                      "triton.testing.do_bench has a flush cleanflush knows; stock flush kept")
+    assert (row.state, row.version, row.detail) == ("unsupported", VERSION, "neither the driver nor "
+                                                    "triton.testing.do_bench has a flush cleanflush knows; stock flush kept")
 
 
 def test_a_do_bench_that_cannot_be_inspected_is_unsupported(triton_31):
@@ -456,18 +456,18 @@ def test_a_do_bench_that_cannot_be_inspected_is_unsupported(triton_31):
     cleanflush.install()
     assert triton_31.do_bench == 3
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
-    assert not row.patched and row.detail.startswith("unsupported: neither the driver")
+    assert row.state == "unsupported" and row.detail.startswith("neither the driver")
 
 
 def test_before_triton_testing_is_imported_the_row_says_when(triton_31, monkeypatch):
 
     cleanflush.uninstall()
-    cleanflush._state.reset_for_tests()
+    _state.reset()
     monkeypatch.delitem(sys.modules, "triton.testing")
     cleanflush.install()
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
-    assert (row.patched, row.version, row.detail) == (
-        False, VERSION, "triton 3.0-3.1 layout: patched when triton.testing is imported")
+    assert (row.state, row.version, row.detail) == (
+        "pending", VERSION, "triton 3.0-3.1 layout: patched when triton.testing is imported")
 
 
 @pytest.mark.parametrize("names", [("do_bench_proton",), ("do_bench_proton", "do_bench_cudagraph_proton"),
@@ -481,15 +481,17 @@ def test_protons_helpers_have_a_row_of_their_own(monkeypatch, names):
     for name in names:
         monkeypatch.setattr(triton.testing, name, lambda *a, **k: None, raising=False)
     row = [r for r in cleanflush.status() if r.target.startswith("triton.testing.")]
-    assert row == [cleanflush._state.TargetStatus(
-        "triton.testing." + " / ".join(names), "triton", importlib.metadata.version("triton"), True,
-        "flushes through the driver's clear_cache")]
+    assert row == [cleanflush.TargetStatus("triton", "triton.testing." + " / ".join(names), VERSION, "patched",
+                                           "flushes through the driver's clear_cache")]
+    cleanflush.uninstall()
+    assert [(r.state, r.detail) for r in cleanflush.status() if r.target.startswith("triton.testing.")] == [
+        ("off", "the driver is not patched")]
 
 
 def test_protons_row_says_when_the_driver_is_not_patched(triton_31, monkeypatch):
     monkeypatch.setattr(triton_31, "do_bench_proton", lambda *a, **k: None, raising=False)
-    rows = {r.target: (r.patched, r.detail) for r in cleanflush.status()}
-    assert rows["triton.testing.do_bench_proton"] == (False, "driver not patched")
+    rows = {r.target: (r.state, r.detail) for r in cleanflush.status()}
+    assert rows["triton.testing.do_bench_proton"] == ("unsupported", "the driver is not patched")
 
 
 def test_a_driver_class_under_two_registry_names_is_listed_once_under_the_first(monkeypatch):
@@ -507,16 +509,14 @@ def test_a_driver_class_under_two_registry_names_is_listed_once_under_the_first(
                                                  ({"triton": "3.6.0", "pytorch-triton": "3.5.0"}, "3.6.0"),
                                                  ({}, None)])
 def test_the_version_is_tritons_or_that_of_nightly_torchs_pytorch_triton(monkeypatch, installed, expected):
-    from cleanflush import patches
-
     def version(dist):
         if dist not in installed:
             raise importlib.metadata.PackageNotFoundError(dist)
         return installed[dist]
 
-    monkeypatch.setattr(patches.metadata, "version", version)
-    patches.installed_version.cache_clear()
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    _targets.version.cache_clear()
     try:
-        assert triton_patch._version() == expected
+        assert _targets.version(TRITON) == expected
     finally:
-        patches.installed_version.cache_clear()
+        _targets.version.cache_clear()

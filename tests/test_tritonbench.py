@@ -1,11 +1,10 @@
 """tritonbench's profiler timer drops our read kernel as it drops the stock fill kernel.
 
 tritonbench installs only from git, so each layout of its do_bench module is a stand-in
-that reproduces the part that matters: the kernel-name filter of ``_do_bench_profiler``'s
-trace handler, a module global looked up at call time.  Read at meta-pytorch/tritonbench
-2cd46d0 (``evt.name != CACHE_CLEAR_KERNEL``) and at a later version in the search index
-(``not _is_cache_clear_kernel(evt.name)``, a substring test for FillFunctor).  The
-timers that zero ``cache.zero_`` are in tests/test_triton_patch.py.
+(tests/standins.py) that reproduces the part that matters: the kernel-name filter of
+``_do_bench_profiler``'s trace handler, a module global looked up at call time, in both
+layouts.  The timers that zero ``cache.zero_`` are in tests/test_triton_patch.py; the
+contract of every target (orders, restore, disable, status) in tests/test_contract.py.
 """
 
 import importlib
@@ -18,26 +17,10 @@ import wrapt
 import cleanflush
 from cleanflush.patches import tritonbench as patch
 
-FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >"
-        "(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)")
+from .standins import FILL, TRITONBENCH_EXACT, TRITONBENCH_SUBSTRING
+
 SUM = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper<float, ...>>>"
 GEMM = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT"
-
-EXACT = f'''
-CACHE_CLEAR_KERNEL = "{FILL}"
-
-def counted(names):  # the filter of _do_bench_profiler's _trace_handler
-    return [name for name in names if name != CACHE_CLEAR_KERNEL]
-'''
-SUBSTRING = f'''
-CACHE_CLEAR_KERNEL = "{FILL}"
-
-def _is_cache_clear_kernel(name: str) -> bool:
-    return "vectorized_elementwise_kernel" in name and "FillFunctor" in name
-
-def counted(names):
-    return [name for name in names if not _is_cache_clear_kernel(name)]
-'''
 STOCK: dict = {}
 
 
@@ -47,7 +30,8 @@ def run_module(request, tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     for parent in (tmp_path / "tritonbench", tmp_path / "tritonbench" / "components", folder):
         (parent / "__init__.py").touch()
-    (folder / "run.py").write_text(textwrap.dedent(EXACT if request.param == "exact" else SUBSTRING))
+    (folder / "run.py").write_text(textwrap.dedent(TRITONBENCH_EXACT if request.param == "exact"
+                                                   else TRITONBENCH_SUBSTRING))
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module(patch.MODULE)
     cleanflush.uninstall()
@@ -81,7 +65,7 @@ def test_uninstall_restores_the_exact_objects(run_module):
     cleanflush.uninstall()
     assert vars(module)[name] is stock and type(module.CACHE_CLEAR_KERNEL) is str
     assert module.counted([FILL, "cleanflush_l2_sweep", GEMM]) == ["cleanflush_l2_sweep", GEMM]
-    assert {r.target: r for r in cleanflush.status()}[patch.TARGET].detail == "uninstalled"
+    assert {r.target: r for r in cleanflush.status()}[patch.TARGET].state == "off"
     cleanflush.install()
     cleanflush.install()
     assert module.counted([FILL, "cleanflush_l2_sweep", GEMM]) == [GEMM]
@@ -95,56 +79,13 @@ def test_the_name_stays_a_string_everywhere_else():
     assert (kernel == 3) is False
 
 
-def test_a_layout_without_either_name_is_left_stock(tmp_path, monkeypatch):
+def test_a_layout_without_either_name_is_left_stock(monkeypatch):
+    from cleanflush._state import Site
+
     module = type(sys)(patch.MODULE)
     monkeypatch.setitem(sys.modules, patch.MODULE, module)
-    patch.apply()
-    row = {r.target: r for r in cleanflush.status()}[patch.TARGET]
-    assert row.patched is False and row.detail.startswith("unsupported: no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel")
-
-
-def test_status_when_tritonbench_is_not_installed():
-    assert patch.status() == [cleanflush._state.TargetStatus(
-        patch.TARGET, "tritonbench", None, False, "tritonbench is not installed")]
-
-
-def test_disable_names_it(monkeypatch):
-    module = type(sys)(patch.MODULE)
-    module.CACHE_CLEAR_KERNEL = FILL
-    monkeypatch.setitem(sys.modules, patch.MODULE, module)
-    monkeypatch.setenv("CLEANFLUSH_DISABLE", "tritonbench")
-    cleanflush.uninstall()
-    cleanflush.install()
-    rows = {r.target: r.detail for r in cleanflush.status()}
-    assert rows["tritonbench: every target"] == "disabled by CLEANFLUSH_DISABLE; stock flush kept"
-    assert type(module.CACHE_CLEAR_KERNEL) is str
-
-
-def test_the_version_of_an_installed_tritonbench_shows(run_module, tmp_path, monkeypatch):
-    layout, module = run_module
-    from cleanflush.patches import installed_version
-
-    dist = tmp_path / "tritonbench-0.0.7.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tritonbench\nVersion: 0.0.7\n")
-    installed_version.cache_clear()
-    monkeypatch.setattr(installed_version, "cache_clear", installed_version.cache_clear)  # cleared after, too
-    try:
-        cleanflush.uninstall()
-        cleanflush.install()
-        row = {r.target: r for r in cleanflush.status()}[patch.TARGET]
-        assert (row.patched, row.version) == (True, "0.0.7")
-        cleanflush.uninstall()
-        for name in list(sys.modules):
-            if name.split(".")[0] == "tritonbench":
-                del sys.modules[name]
-        cleanflush._state.reset_for_tests()
-        assert patch.status()[0].version == "0.0.7"  # not imported yet, but installed
-        monkeypatch.setitem(sys.modules, patch.MODULE, type(sys)(patch.MODULE))
-        patch.apply()  # a layout without either name
-        assert {r.target: r for r in patch.status()}[patch.TARGET].version == "0.0.7"
-    finally:
-        installed_version.cache_clear()
+    assert patch.apply() == [Site(patch.TARGET, "unsupported", "no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel "
+                                  "in this tritonbench; its profiler timer counts the read")]
 
 
 def test_a_keyword_call_of_the_kernel_filter_reaches_it(run_module):

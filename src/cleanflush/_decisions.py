@@ -159,9 +159,8 @@ def _savers(cache: Any) -> list[Any]:
 
 
 def register() -> None:
-    """At the first install: record from each autotuner module when it is imported."""
-    if _env.decisions_path() is None:
-        return
+    """At the first install: record from each autotuner module when it is imported (while
+    ``CLEANFLUSH_DECISIONS`` is set then)."""
     for module in HOOKS:
         wrapt.register_post_import_hook(apply, module)
 

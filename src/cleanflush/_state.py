@@ -177,17 +177,26 @@ def warn_once(key: str, message: str) -> None:
 
 
 _OURS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, wrapt.__file__))
+_BOOT = os.path.splitext(os.path.abspath(getattr(sys.modules.get("_cleanflush_boot"), "__file__", "") or "-"))[0]
+
+
+def _importlib(filename: str) -> bool:
+    # warnings.warn skips these frames itself when it counts a stacklevel
+    return "importlib" in filename and "_bootstrap" in filename
 
 
 def _ours(filename: str) -> bool:
-    # import machinery too: a patch applied by an import hook points at the user's import line
-    return filename.startswith("<frozen importlib") or os.path.abspath(filename).startswith(_OURS)
+    path = os.path.abspath(filename)
+    return path.startswith(_OURS) or os.path.splitext(path)[0] == _BOOT
 
 
 def _first_frame_outside() -> int:
-    """The stacklevel of the first caller outside cleanflush, wrapt and the import system:
-    the warning then points at the user's or the harness's line that led to it."""
+    """The stacklevel of the first caller outside cleanflush, wrapt, the start-up hook and
+    the import system: the warning then points at the user's or the harness's line that led
+    to it (what happens at an import points at that import)."""
     level, frame = 2, sys._getframe(2)  # 1: warnings.warn's caller (warn_once); 2: its caller
-    while frame.f_back is not None and _ours(frame.f_code.co_filename):
-        level, frame = level + 1, frame.f_back
+    while frame.f_back is not None and (_importlib(frame.f_code.co_filename) or _ours(frame.f_code.co_filename)):
+        frame = frame.f_back
+        if not _importlib(frame.f_code.co_filename):
+            level += 1
     return level

@@ -73,7 +73,7 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> Sweep:
         if _sums_right(launch, buffer, sink):
             return _on_device_of(buffer, launch)
         failures.append(name)
-    raise RuntimeError(f"no launch of {cleanflush_l2_sweep.__name__} summed right ({', '.join(failures)})")
+    raise RuntimeError(f"no launch of the read kernel summed right ({', '.join(failures)})")
 
 
 def _sums_right(launch: Sweep, buffer: torch.Tensor, sink: torch.Tensor) -> bool:

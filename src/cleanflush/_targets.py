@@ -113,6 +113,7 @@ def install(policy: str | None, source: str) -> bool:
             STATE.env_before_install = os.environ.get(_env.POLICY_VAR)
         _policy.export(True, _policy.default())
         first_install, STATE.hooks_registered = not STATE.hooks_registered, True
+    disabled()  # a name it does not know is said here, at the user's import or install()
     # Hooks run outside our lock: they may fire inside another thread's import.
     if first_install:
         _report.register()

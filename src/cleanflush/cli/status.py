@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
 import site
 import sys
@@ -20,7 +19,7 @@ from typing import Any
 
 import cleanflush
 
-from .. import _env, _registry
+from .. import _env, _registry, _targets
 from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, json_option, output_problem
 
 SCHEMA = 2
@@ -71,16 +70,19 @@ def _probe(progress: bool) -> list[dict[str, Any]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's own import warnings are not ours to show
         for target in _registry.TARGETS:
+            if not target.probe or _targets.version(target) is None:
+                continue  # nothing to import for it, or not installed (its row says so)
             for module in target.probe:
-                if module in sys.modules or importlib.util.find_spec(module.partition(".")[0]) is None:
-                    continue  # loaded already, or its package is not installed (the row says so)
+                if module in sys.modules:
+                    continue
                 if progress:
                     print(f"cleanflush status: importing {module} ...", file=sys.stderr, flush=True)
                 try:
                     importlib.import_module(module)
                 except Exception as exc:  # a broken install is a finding, not a crash
-                    errors.append({"name": target.name, "target": module, "version": None, "state": "failed",
-                                   "patched": False, "detail": f"installed, but the import failed: {exc!r}"})
+                    errors.append({"name": target.name, "target": module, "version": _targets.version(target),
+                                   "state": "failed", "patched": False,
+                                   "detail": f"installed, but the import failed: {exc!r}"})
                     break
     if progress:
         print(f"cleanflush status: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)

@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
-from .._state import Site, State, sites
+from .._state import Site, State, TargetStatus, sites
 from . import _local_buffer
 
 NAME = "triton"  # its registry name
@@ -138,18 +138,17 @@ def revert() -> None:
     _patching.patch_set(NAME).revert()
 
 
-def driver_patched() -> bool:
-    """Whether do_bench's flush goes through cleanflush now (a driver class is patched)."""
-    return any(row.patched and row.target != DO_BENCH for row in sites(NAME))
-
-
-def do_bench_state() -> State:
-    """Whether ``triton.testing.do_bench`` flushes through cleanflush (through a patched
-    driver, or on triton 3.0-3.1 wrapped itself): ``patched``, else why not."""
-    rows = sites(NAME)
+def _state_of(rows: list[TargetStatus]) -> State:
+    """``patched`` where one of ``rows`` is, else why not (the first row's state)."""
     if any(row.patched for row in rows):
         return "patched"
     return rows[0].state if rows else "pending"
+
+
+def do_bench_state() -> State:
+    """Whether ``triton.testing.do_bench`` flushes through cleanflush: through a patched
+    driver, or on triton 3.0-3.1 wrapped itself."""
+    return _state_of(sites(NAME))
 
 
 def derived() -> list[Site]:
@@ -158,6 +157,7 @@ def derived() -> list[Site]:
     proton = [name for name in ("do_bench_proton", "do_bench_cudagraph_proton") if hasattr(testing, name)]
     if not proton:
         return []
-    covered = driver_patched()
-    return [Site("triton.testing." + " / ".join(proton), "patched" if covered else do_bench_state(),
-                 "flushes through the driver's clear_cache" if covered else "the driver is not patched")]
+    drivers = [row for row in sites(NAME) if row.target != DO_BENCH]
+    state = _state_of(drivers) if drivers else "unsupported"  # 3.0-3.1: do_bench is, the driver is not
+    return [Site("triton.testing." + " / ".join(proton), state,
+                 "flushes through the driver's clear_cache" if state == "patched" else "the driver is not patched")]
