@@ -1,6 +1,6 @@
 """python -m benchmarks <study> [--out DIR]: run one study (or ``all``) on this GPU.
 
-Studies: writeback, methods, cost, latency, autotune; ``all`` runs them in that order and
+Studies: writeback, methods, cost, latency, autotune, budget; ``all`` runs them in that order and
 draws the figures; ``plot`` draws the figures from existing results (no GPU needed).
 Progress goes to stderr; results to DIR/<study>.csv and .json, figures to DIR/<study>.png.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .common import RESULTS, progress
 
-STUDIES = ("writeback", "methods", "cost", "latency", "autotune")
+STUDIES = ("writeback", "methods", "cost", "latency", "autotune", "budget")
 
 
 def _shapes(text: str) -> list[tuple[int, int]]:
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from . import plots
 
-            plots.FIGURES[study](out)
+            if study in plots.FIGURES:
+                plots.FIGURES[study](out)
         except ImportError:
             progress("matplotlib is not installed: no figure (python -m benchmarks plot draws them later)")
     progress(f"done in {time.perf_counter() - t0:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
