@@ -26,6 +26,7 @@ its own.  Per shape, in rounds interleaved over the candidates:
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 from typing import Any, Callable
@@ -100,6 +101,10 @@ def do_bench_with(flush: Callable[[], None], fn: Callable[[], Any]) -> list[floa
 
 
 def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = ROUNDS) -> Path:
+    # Kineto keeps CUPTI attached after a profiling session unless told otherwise
+    # (pytorch/pytorch#144455); every later launch is then slower, and the event loops time
+    # the host.  Set before torch loads Kineto; the profiling also runs after the timing.
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
     import torch
     import triton
 
@@ -118,13 +123,16 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
             flush()
         cost = {name: flush_time_us(flush, 50) for name, flush in flushes.items()}
         progress(f"budget: {n}x{k}, {rounds} rounds x {len(flushes)} flushes")
+        rows = []
         for r in range(rounds):
             for name, flush in flushes.items():
                 loop = central_mean(_measure.timed_loop(flush, fn, 200))
-                kernels = kernel_us(flush, fn)
                 samples = do_bench_with(flush, fn)
-                results.add(shape=f"{n}x{k}", round=r, flush=name, flush_us=cost[name], loop_us=loop,
-                            kernel_us=kernels, do_bench_us=central_mean(samples), samples=len(samples))
+                rows.append(dict(shape=f"{n}x{k}", round=r, flush=name, flush_us=cost[name], loop_us=loop,
+                                 do_bench_us=central_mean(samples), samples=len(samples)))
+        for row in rows:  # profiled last: a profiler session can slow later launches
+            row["kernel_us"] = kernel_us(flushes[row["flush"]], fn)
+            results.add(**row)
     summary = summarize(results.rows)
     ncu = write_bytes(4096, 4096)
     path = results.write(summary=summary, ncu_write_mb=ncu, sizes_mib={
