@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("study", choices=STUDIES + ("all", "plot"))
     parser.add_argument("--skip", default="", help="with all: studies to leave out, comma-separated")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results folder (default: benchmarks/results/<gpu>, e.g. results/h200)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results folder (default: benchmarks/results/<gpu>, e.g. results/h200)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--shapes", type=_shapes, default=None, help="override the shapes, e.g. 4096x4096,28672x4096")
     parser.add_argument("--rounds", type=int, default=None, help="override the number of interleaved rounds")

@@ -18,8 +18,9 @@ Kendall tau-b) over all configs plus cuBLAS.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .common import Results, central_mean, kendall_tau, progress, run_under, spearman
 
@@ -56,9 +57,14 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
         candidates: dict[str, tuple[Callable[[], Any], Callable[[], float]]] = {}
         for config in configs:
             calls = [layer.call(config, w) for w in weights]
-            candidates[int8_gemv.name(config)] = (layer.call(config), lambda calls=calls: statistics.median(
-                _measure.graph_per_call(calls, replays=5)))
-        candidates[CUBLAS] = (gemm, lambda: statistics.median(_measure.rotating_weight_graph(n, k, device=device, replays=5)))
+            candidates[int8_gemv.name(config)] = (
+                layer.call(config),
+                lambda calls=calls: statistics.median(_measure.graph_per_call(calls, replays=5)),
+            )
+        candidates[CUBLAS] = (
+            gemm,
+            lambda n=n, k=k: statistics.median(_measure.rotating_weight_graph(n, k, device=device, replays=5)),
+        )
 
         def do_bench(fn: Callable[[], Any]) -> float:
             return central_mean(triton.testing.do_bench(fn, return_mode="all"))
@@ -81,9 +87,11 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
         summary[f"{n}x{k}"]["rejected"] = rejected
         summary[f"{n}x{k}"]["configs"] = len(configs)
         for tname, s in summary[f"{n}x{k}"]["timers"].items():
-            progress(f"  {tname:30s} winner {s['winner']:18s} (truth {s['winner_truth_us']:.2f} us, "
-                     f"+{s['regret_pct']:.1f}%)  beat cuBLAS {s['beat_cublas']:2d}  "
-                     f"spearman {s['spearman']:.3f}  kendall {s['kendall']:.3f}")
+            progress(
+                f"  {tname:30s} winner {s['winner']:18s} (truth {s['winner_truth_us']:.2f} us, "
+                f"+{s['regret_pct']:.1f}%)  beat cuBLAS {s['beat_cublas']:2d}  "
+                f"spearman {s['spearman']:.3f}  kendall {s['kendall']:.3f}"
+            )
     return results.write(rounds=rounds, timers=TIMERS, summary=summary)
 
 

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .common import LLAMA_SHAPES, MiB, Results, central_mean, flush_time_us, progress
 
@@ -40,9 +41,13 @@ STOCK_BYTES = 256 * MiB
 
 def sizes(l2: int) -> dict[str, tuple[int, int]]:
     """(bytes written, bytes read) of each candidate on a device with ``l2`` bytes of L2."""
-    return {"stock": (STOCK_BYTES, 0), "write-read": (STOCK_BYTES, 2 * l2),
-            "budget": (STOCK_BYTES - 2 * l2, 2 * l2), "half": (STOCK_BYTES // 2, STOCK_BYTES // 2),
-            "read": (0, STOCK_BYTES)}
+    return {
+        "stock": (STOCK_BYTES, 0),
+        "write-read": (STOCK_BYTES, 2 * l2),
+        "budget": (STOCK_BYTES - 2 * l2, 2 * l2),
+        "half": (STOCK_BYTES // 2, STOCK_BYTES // 2),
+        "read": (0, STOCK_BYTES),
+    }
 
 
 def make_flushes(cache: Any, device: Any) -> dict[str, Callable[[], None]]:
@@ -62,6 +67,7 @@ def make_flushes(cache: Any, device: Any) -> dict[str, Callable[[], None]]:
                 cache[: written // 4].zero_()
             if read:
                 sweep(buffer[: read // 4], sink)
+
         return run
 
     flushes = {name: flush(*nbytes) for name, nbytes in sizes(l2).items()}
@@ -80,9 +86,13 @@ def kernel_us(flush: Callable[[], None], fn: Callable[[], Any], calls: int = 40)
             flush()
             fn()
         torch.cuda.synchronize()
-    total = sum(e.device_time for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memset")
-                and not any(f in e.name for f in flushes))
+    total = sum(
+        e.device_time
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+        and not e.name.startswith("Memset")
+        and not any(f in e.name for f in flushes)
+    )
     return total / calls
 
 
@@ -128,16 +138,30 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
             for name, flush in flushes.items():
                 loop = central_mean(_measure.timed_loop(flush, fn, 200))
                 samples = do_bench_with(flush, fn)
-                rows.append(dict(shape=f"{n}x{k}", round=r, flush=name, flush_us=cost[name], loop_us=loop,
-                                 do_bench_us=central_mean(samples), samples=len(samples)))
+                rows.append(
+                    {
+                        "shape": f"{n}x{k}",
+                        "round": r,
+                        "flush": name,
+                        "flush_us": cost[name],
+                        "loop_us": loop,
+                        "do_bench_us": central_mean(samples),
+                        "samples": len(samples),
+                    }
+                )
         for row in rows:  # profiled last: a profiler session can slow later launches
             row["kernel_us"] = kernel_us(flushes[row["flush"]], fn)
             results.add(**row)
     summary = summarize(results.rows)
     ncu = write_bytes(4096, 4096)
-    path = results.write(summary=summary, ncu_write_mb=ncu, sizes_mib={
-        name: [b / MiB for b in nbytes] for name, nbytes in sizes(int(torch.cuda.get_device_properties(
-            device).L2_cache_size)).items()})
+    path = results.write(
+        summary=summary,
+        ncu_write_mb=ncu,
+        sizes_mib={
+            name: [b / MiB for b in nbytes]
+            for name, nbytes in sizes(int(torch.cuda.get_device_properties(device).L2_cache_size)).items()
+        },
+    )
     print(table(summary, ncu))
     cleanflush.install()
     return path
@@ -148,28 +172,37 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
     out: dict[str, dict[str, dict[str, float]]] = {}
     for shape in dict.fromkeys(row["shape"] for row in rows):
         mine = [row for row in rows if row["shape"] == shape]
-        ref = {key: statistics.median(row[key] for row in mine if row["flush"] == "reference")
-               for key in ("loop_us", "kernel_us", "do_bench_us")}
+        ref = {
+            key: statistics.median(row[key] for row in mine if row["flush"] == "reference")
+            for key in ("loop_us", "kernel_us", "do_bench_us")
+        }
         out[shape] = {}
         for name in CANDIDATES:
             of = [row for row in mine if row["flush"] == name]
-            medians = {key: statistics.median(row[key] for row in of)
-                       for key in ("flush_us", "loop_us", "kernel_us", "do_bench_us", "samples")}
+            medians = {
+                key: statistics.median(row[key] for row in of)
+                for key in ("flush_us", "loop_us", "kernel_us", "do_bench_us", "samples")
+            }
             medians.update({f"{key}/ref": medians[key] / ref[key] for key in ref})
             # the spread of the rounds: what a difference between candidates must exceed
-            medians["do_bench_range/ref"] = (max(r["do_bench_us"] for r in of)
-                                             - min(r["do_bench_us"] for r in of)) / ref["do_bench_us"]
+            medians["do_bench_range/ref"] = (
+                max(r["do_bench_us"] for r in of) - min(r["do_bench_us"] for r in of)
+            ) / ref["do_bench_us"]
             out[shape][name] = medians
     return out
 
 
 def table(summary: dict[str, dict[str, dict[str, float]]], ncu: dict[str, float] | str) -> str:
-    lines = [f"{'shape':13} {'flush':10} {'cost us':>8} {'samples':>7} {'do_bench/ref':>12} {'range':>6} "
-             f"{'loop/ref':>8} {'kernel/ref':>10}"]
+    lines = [
+        f"{'shape':13} {'flush':10} {'cost us':>8} {'samples':>7} {'do_bench/ref':>12} {'range':>6} "
+        f"{'loop/ref':>8} {'kernel/ref':>10}"
+    ]
     for shape, flushes in summary.items():
         for name, m in flushes.items():
-            lines.append(f"{shape:13} {name:10} {m['flush_us']:8.1f} {m['samples']:7.0f} {m['do_bench_us/ref']:12.3f} "
-                         f"{m['do_bench_range/ref']:6.3f} {m['loop_us/ref']:8.3f} {m['kernel_us/ref']:10.3f}")
+            lines.append(
+                f"{shape:13} {name:10} {m['flush_us']:8.1f} {m['samples']:7.0f} {m['do_bench_us/ref']:12.3f} "
+                f"{m['do_bench_range/ref']:6.3f} {m['loop_us/ref']:8.3f} {m['kernel_us/ref']:10.3f}"
+            )
     lines.append(f"ncu, MB the 4096x4096 GEMM writes after each: {ncu}")
     return "\n".join(lines)
 

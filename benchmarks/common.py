@@ -12,11 +12,11 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from cleanflush._stats import central_mean, quartiles  # noqa: F401  (the studies take them from here)
-
 
 T = TypeVar("T")
 MiB = 1 << 20
@@ -128,8 +128,12 @@ def machine() -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        info.update(gpu=props.name, sms=props.multi_processor_count, l2_bytes=props.L2_cache_size,
-                    memory_gib=round(props.total_memory / (1 << 30), 1))
+        info.update(
+            gpu=props.name,
+            sms=props.multi_processor_count,
+            l2_bytes=props.L2_cache_size,
+            memory_gib=round(props.total_memory / (1 << 30), 1),
+        )
     nvml = Nvml.open()
     if nvml:
         info.update(nvml.describe())
@@ -163,11 +167,13 @@ class Results:
 
 def read_csv(path: Path) -> list[dict[str, Any]]:
     """Rows of a result CSV, numbers as floats."""
+
     def value(text: str) -> Any:
         try:
             return float(text)
         except ValueError:
             return text
+
     with open(path, newline="") as f:
         return [{k: value(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
@@ -219,9 +225,14 @@ class Nvml:
             reasons = nv.nvmlDeviceGetCurrentClocksEventReasons(h)
         except Exception:
             reasons = nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)
-        return (time.perf_counter(), nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM), nv.nvmlDeviceGetPowerUsage(h) / 1000,
-                nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), reasons)
+        return (
+            time.perf_counter(),
+            nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+            nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+            nv.nvmlDeviceGetPowerUsage(h) / 1000,
+            nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+            reasons,
+        )
 
 
 class ClockLog:

@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import (ClockLog, Results, central_mean, flush_time_us, flushing, progress, quartiles,
-                     spin_cycles_per_us)
+from .common import ClockLog, Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us
 
 SHAPES = [(4096, 4096), (28672, 4096)]
 ROUNDS = 10
@@ -74,23 +73,38 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
                         t3 = time.perf_counter()
                     us = [x * 1e3 for x in samples]
                     histograms[f"{n}x{k} {flush}"].append(dict(collections.Counter(f"{x:.3f}" for x in us)))
-                    results.add(shape=f"{n}x{k}", round=r, flush=flush, flush_us=flush_us,
-                                samples=len(samples), wall_ms=(t1 - t0) * 1e3,
-                                do_bench_us=central_mean(us), do_bench_median_us=statistics.median(us),
-                                event_loop_us=central_mean(loop),
-                                event_loop_wall_ms=(t3 - t2) * 1e3, **window)
+                    results.add(
+                        shape=f"{n}x{k}",
+                        round=r,
+                        flush=flush,
+                        flush_us=flush_us,
+                        samples=len(samples),
+                        wall_ms=(t1 - t0) * 1e3,
+                        do_bench_us=central_mean(us),
+                        do_bench_median_us=statistics.median(us),
+                        event_loop_us=central_mean(loop),
+                        event_loop_wall_ms=(t3 - t2) * 1e3,
+                        **window,
+                    )
             del cache
             torch.cuda.empty_cache()
     sizes = readsize(out, shapes, rounds)
     summary = summarise(results.rows)
     for key, row in summary.items():
-        progress(f"  {key:22s} flush {row['flush_us']:6.1f} us  samples {row['samples']:6.0f}  "
-                 f"wall {row['wall_ms']:6.1f} ms  do_bench {row['do_bench_us']:.2f} (sd {row['do_bench_sd']:.2f})  "
-                 f"event loop {row['event_loop_us']:.2f} (sd {row['event_loop_sd']:.2f})  "
-                 f"SM {row.get('sm_mhz_mean', float('nan')):.0f} MHz")
-    return results.write(rounds=rounds, summary=summary, readsize=sizes, histograms=histograms,
-                         clock_event_reasons="NVML bits: 0x1 idle, 0x4 SW power cap, 0x8 HW slowdown, "
-                                             "0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake")
+        progress(
+            f"  {key:22s} flush {row['flush_us']:6.1f} us  samples {row['samples']:6.0f}  "
+            f"wall {row['wall_ms']:6.1f} ms  do_bench {row['do_bench_us']:.2f} (sd {row['do_bench_sd']:.2f})  "
+            f"event loop {row['event_loop_us']:.2f} (sd {row['event_loop_sd']:.2f})  "
+            f"SM {row.get('sm_mhz_mean', float('nan')):.0f} MHz"
+        )
+    return results.write(
+        rounds=rounds,
+        summary=summary,
+        readsize=sizes,
+        histograms=histograms,
+        clock_event_reasons="NVML bits: 0x1 idle, 0x4 SW power cap, 0x8 HW slowdown, "
+        "0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake",
+    )
 
 
 def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int = 300) -> dict[str, dict[str, float]]:
@@ -112,8 +126,15 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
         "read 256 MiB (read)": lambda: read(256 * MiB),
         "sweep 256 MiB (read, cleanflush_l2_sweep)": lambda: _flush.read(device, 256 * MiB),
         "zero_ 256 MiB + read 2 x L2 (write-read)": lambda: (zbuf.zero_(), read(2 * l2)),
-        "zero_ 256 MiB + sweep 2 x L2 (write-read, cleanflush_l2_sweep)": lambda: (zbuf.zero_(), _flush.read(device, 2 * l2)),
-        "zero_ 256 MiB + read 2 x L2 + 20 us idle": lambda: (zbuf.zero_(), read(2 * l2), torch.cuda._sleep(idle_cycles)),
+        "zero_ 256 MiB + sweep 2 x L2 (write-read, cleanflush_l2_sweep)": lambda: (
+            zbuf.zero_(),
+            _flush.read(device, 2 * l2),
+        ),
+        "zero_ 256 MiB + read 2 x L2 + 20 us idle": lambda: (
+            zbuf.zero_(),
+            read(2 * l2),
+            torch.cuda._sleep(idle_cycles),
+        ),
         "zero_ 256 MiB + read 3 x L2": lambda: (zbuf.zero_(), read(3 * l2)),
         "zero_ 256 MiB + read 4 x L2": lambda: (zbuf.zero_(), read(4 * l2)),
         "zero_ 256 MiB + read 256 MiB": lambda: (zbuf.zero_(), read(256 * MiB)),
@@ -127,17 +148,27 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
         for r in range(rounds):
             for name, flush in variants.items():
                 us = sorted(_measure.timed_loop(flush, fn, iters))
-                table.add(shape=f"{n}x{k}", round=r, flush=name, us=central_mean(us),
-                          p5_us=us[len(us) // 20], median_us=statistics.median(us))
+                table.add(
+                    shape=f"{n}x{k}",
+                    round=r,
+                    flush=name,
+                    us=central_mean(us),
+                    p5_us=us[len(us) // 20],
+                    median_us=statistics.median(us),
+                )
     table.write(rounds=rounds, iters=iters, idle_cycles=idle_cycles)
     summary: dict[str, dict[str, float]] = {}
     for key in dict.fromkeys((row["shape"], row["flush"]) for row in table.rows):
         mine = [row for row in table.rows if (row["shape"], row["flush"]) == key]
-        summary[" | ".join(key)] = {"us": quartiles(x["us"] for x in mine)[1],
-                                    "p5_us": quartiles(x["p5_us"] for x in mine)[1],
-                                    "sd": statistics.pstdev(x["us"] for x in mine)}
-        progress(f"  {' | '.join(key):58s} {summary[' | '.join(key)]['us']:7.2f} us "
-                 f"(p5 {summary[' | '.join(key)]['p5_us']:.2f}, sd over rounds {summary[' | '.join(key)]['sd']:.2f})")
+        summary[" | ".join(key)] = {
+            "us": quartiles(x["us"] for x in mine)[1],
+            "p5_us": quartiles(x["p5_us"] for x in mine)[1],
+            "sd": statistics.pstdev(x["us"] for x in mine),
+        }
+        progress(
+            f"  {' | '.join(key):58s} {summary[' | '.join(key)]['us']:7.2f} us "
+            f"(p5 {summary[' | '.join(key)]['p5_us']:.2f}, sd over rounds {summary[' | '.join(key)]['sd']:.2f})"
+        )
     return summary
 
 
@@ -146,8 +177,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for key in dict.fromkeys((r["shape"], r["flush"]) for r in rows):
         mine = [r for r in rows if (r["shape"], r["flush"]) == key]
-        row = {f: quartiles(r[f] for r in mine)[1]
-               for f in ("flush_us", "samples", "wall_ms", "do_bench_us", "event_loop_us")}
+        row = {
+            f: quartiles(r[f] for r in mine)[1]
+            for f in ("flush_us", "samples", "wall_ms", "do_bench_us", "event_loop_us")
+        }
         row["do_bench_sd"] = statistics.pstdev(r["do_bench_us"] for r in mine)
         row["event_loop_sd"] = statistics.pstdev(r["event_loop_us"] for r in mine)
         for f in ("sm_mhz_mean", "power_w_mean"):

@@ -38,6 +38,7 @@ H200 results: results/h200/2026-12-01-harnesses-run34.txt (KernelBench 423217d, 
 dd758ca, SOL-ExecBench 8d2237d, flashinfer-python 0.7.4, DeepGEMM 54e2261, tilelang 0.1.15,
 triton 3.1.0; earlier runs: 2026-11-30-harnesses-kernelbench-deepep.txt, 2026-12-01-harnesses-run31.txt).
 """
+
 import importlib
 import os
 import statistics
@@ -89,28 +90,46 @@ def optional(module):
 GEMM = gemm_kernel_filter()
 harnesses = {}  # name -> (timer under the active policy, its clean reference)
 if kb := optional("kernelbench.timing"):
-    harnesses["KernelBench time_execution_with_cuda_event"] = (lambda: central_mean(
-        kb.time_execution_with_cuda_event(fn, [], num_warmup=3, num_trials=200, verbose=False)) * 1e3, event_reference)
+    harnesses["KernelBench time_execution_with_cuda_event"] = (
+        lambda: (
+            central_mean(kb.time_execution_with_cuda_event(fn, [], num_warmup=3, num_trials=200, verbose=False)) * 1e3
+        ),
+        event_reference,
+    )
 if dep := optional("deep_ep.utils.testing"):
     harnesses["DeepEP bench"] = (lambda: dep.bench(fn, num_warmups=20, num_tests=200)[0] * 1e6, event_reference)
 if sol := optional("sol_execbench.core.bench.timing"):
-    harnesses["SOL-ExecBench bench_time_with_cuda_events"] = (lambda: statistics.median(
-        sol.bench_time_with_cuda_events(fn, warmup=20, rep=300)) * 1e3, event_reference)
+    harnesses["SOL-ExecBench bench_time_with_cuda_events"] = (
+        lambda: statistics.median(sol.bench_time_with_cuda_events(fn, warmup=20, rep=300)) * 1e3,
+        event_reference,
+    )
 if fi := optional("flashinfer.testing.utils"):
-    harnesses["FlashInfer bench_gpu_time_with_cuda_event"] = (lambda: statistics.median(
-        fi.bench_gpu_time_with_cuda_event(fn, dry_run_iters=50, repeat_iters=300)) * 1e3, event_reference)
-    harnesses["FlashInfer bench_gpu_time_with_cupti (events without cupti-python)"] = (lambda: statistics.median(
-        fi.bench_gpu_time_with_cupti(fn, dry_run_iters=50, repeat_iters=300)) * 1e3, event_reference)
+    harnesses["FlashInfer bench_gpu_time_with_cuda_event"] = (
+        lambda: statistics.median(fi.bench_gpu_time_with_cuda_event(fn, dry_run_iters=50, repeat_iters=300)) * 1e3,
+        event_reference,
+    )
+    harnesses["FlashInfer bench_gpu_time_with_cupti (events without cupti-python)"] = (
+        lambda: statistics.median(fi.bench_gpu_time_with_cupti(fn, dry_run_iters=50, repeat_iters=300)) * 1e3,
+        event_reference,
+    )
     harnesses["FlashInfer bench_kineto"] = (
         lambda: fi.bench_kineto(fn, GEMM, num_tests=50, suppress_kineto_output=True) * 1e6,
-        lambda: fi.bench_kineto(after_plain_read, GEMM, num_tests=50, suppress_kineto_output=True, flush_l2=False) * 1e6)
+        lambda: (
+            fi.bench_kineto(after_plain_read, GEMM, num_tests=50, suppress_kineto_output=True, flush_l2=False) * 1e6
+        ),
+    )
 if dg := optional("deep_gemm.testing"):
     harnesses["DeepGEMM bench_kineto"] = (
         lambda: dg.bench_kineto(fn, GEMM, num_tests=50, suppress_kineto_output=True) * 1e6,
-        lambda: dg.bench_kineto(after_plain_read, GEMM, num_tests=50, suppress_kineto_output=True, flush_l2=False) * 1e6)
+        lambda: (
+            dg.bench_kineto(after_plain_read, GEMM, num_tests=50, suppress_kineto_output=True, flush_l2=False) * 1e6
+        ),
+    )
 if tl := optional("tilelang.profiler.bench"):
-    harnesses["TileLang do_bench event"] = (lambda: tl.do_bench(
-        fn, backend="event", return_mode="median", _n_warmup=50, _n_repeat=300) * 1e3, event_reference)
+    harnesses["TileLang do_bench event"] = (
+        lambda: tl.do_bench(fn, backend="event", return_mode="median", _n_warmup=50, _n_repeat=300) * 1e3,
+        event_reference,
+    )
 
     def tilelang_after_plain_read():  # the read inside the range its CUPTI timer subtracts
         with torch.profiler.record_function(tl._CACHE_FLUSH_ID):
@@ -119,7 +138,10 @@ if tl := optional("tilelang.profiler.bench"):
 
     harnesses["TileLang do_bench cupti"] = (
         lambda: tl.do_bench(fn, backend="cupti", _n_warmup=50, _n_repeat=300) * 1e3,
-        lambda: tl.do_bench(tilelang_after_plain_read, backend="cupti", _n_warmup=50, _n_repeat=300, cache_size=0) * 1e3)
+        lambda: (
+            tl.do_bench(tilelang_after_plain_read, backend="cupti", _n_warmup=50, _n_repeat=300, cache_size=0) * 1e3
+        ),
+    )
 if t31 := optional("triton31_do_bench"):
     import wrapt
 
@@ -133,7 +155,7 @@ print("patched:", sorted(r.target for r in cleanflush.status() if r.patched and 
 rows = {}
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # FlashInfer's "CUPTI is not installed", per call
-    for r in range(5):
+    for _ in range(5):
         for name, (measure, reference) in harnesses.items():
             for policy in ("write", "write-read", "read"):
                 with cleanflush.policy(policy):
@@ -143,7 +165,8 @@ with warnings.catch_warnings():
 # their ratio (paired per round)
 print(f"{'harness':70s} {'flush':10s} {'median us':>9s} {'ref us':>7s} {'vs ref':>7s}")
 for (name, policy), pairs in rows.items():
-    t = statistics.median(p[0] for p in pairs); ref = statistics.median(p[1] for p in pairs)
+    t = statistics.median(p[0] for p in pairs)
+    ref = statistics.median(p[1] for p in pairs)
     ratio = statistics.median(p[0] / p[1] for p in pairs)
     print(f"{name:70s} {policy:10s} {t:9.2f} {ref:7.2f} {ratio - 1:+7.1%}")
 for name in harnesses:

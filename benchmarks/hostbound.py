@@ -18,9 +18,8 @@ import time
 import torch
 import triton
 
-from cleanflush import _measure
-
 from benchmarks.common import central_mean, flushing, spin_cycles_per_us
+from cleanflush import _measure
 
 
 def loop(flush, fn, iters, host_wait_us=0.0, gpu_pad_cycles=0):
@@ -52,16 +51,25 @@ def main(rounds=6, iters=300):
         fn, _, _ = _measure.one_row_gemm(n, k)
         _measure.warm_up(fn, 1.0)
         rows = {}
-        for r in range(rounds):
+        for _ in range(rounds):
             for policy in ("stock", "read", "write-read"):
-                for mode, kw in (("as is", {}), ("host-bound", {"host_wait_us": 150}), ("GPU-bound", {"gpu_pad_cycles": pad})):
+                for mode, kw in (
+                    ("as is", {}),
+                    ("host-bound", {"host_wait_us": 150}),
+                    ("GPU-bound", {"gpu_pad_cycles": pad}),
+                ):
                     with flushing(policy):
-                        rows.setdefault((policy, mode), []).append(loop(lambda: driver.clear_cache(cache), fn, iters, **kw))
+                        rows.setdefault((policy, mode), []).append(
+                            loop(lambda: driver.clear_cache(cache), fn, iters, **kw)
+                        )
         for (policy, mode), xs in rows.items():
             means = [x[0] for x in xs]
-            print(f"{n}x{k} {policy:6s} {mode:10s} mean {statistics.median(means):7.2f} (rounds {min(means):.2f}-{max(means):.2f}, "
-                  f"sd {statistics.pstdev(means):.2f})  p5 {statistics.median(x[1] for x in xs):7.2f}  "
-                  f"period {statistics.median(x[2] for x in xs):7.1f} us")
+            print(
+                f"{n}x{k} {policy:6s} {mode:10s} mean {statistics.median(means):7.2f} "
+                f"(rounds {min(means):.2f}-{max(means):.2f}, "
+                f"sd {statistics.pstdev(means):.2f})  p5 {statistics.median(x[1] for x in xs):7.2f}  "
+                f"period {statistics.median(x[2] for x in xs):7.1f} us"
+            )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ the kernel of study 5 and the Python-launched kernel of study 4."""
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
@@ -18,8 +19,9 @@ def _int8_gemv(x_ptr, w_ptr, s_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K:
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :],
-                    mask=(rows[:, None] < N) & (cols[None, :] < K), other=0).to(tl.float32)
+        w = tl.load(
+            w_ptr + rows[:, None] * K + cols[None, :], mask=(rows[:, None] < N) & (cols[None, :] < K), other=0
+        ).to(tl.float32)
         acc += tl.sum(w * x[None, :], axis=1)
     scale = tl.load(s_ptr + rows, mask=rows < N, other=0.0)
     tl.store(y_ptr + rows, (acc * scale).to(y_ptr.dtype.element_ty), mask=rows < N)
@@ -27,9 +29,11 @@ def _int8_gemv(x_ptr, w_ptr, s_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K:
 
 def configs() -> list[dict[str, int]]:
     """The sweep: block sizes and warps, without tiles too large for registers."""
-    return [{"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w}
-            for bn, bk, w in itertools.product((8, 16, 32, 64), (128, 256, 512, 1024), (2, 4, 8))
-            if bn * bk <= 32768]
+    return [
+        {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w}
+        for bn, bk, w in itertools.product((8, 16, 32, 64), (128, 256, 512, 1024), (2, 4, 8))
+        if bn * bk <= 32768
+    ]
 
 
 def name(config: dict[str, int]) -> str:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .common import Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us
 
@@ -56,7 +57,8 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
 
     # name -> (context the loop runs in, flush); the stock rows run with cleanflush uninstalled
     flushes: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
-        name: (functools.partial(flushing, name), clear_cache) for name in ("stock", *cleanflush.POLICIES)}
+        name: (functools.partial(flushing, name), clear_cache) for name in ("stock", *cleanflush.POLICIES)
+    }
     flushes["control: read 2 x L2 only"] = (contextlib.nullcontext, lambda: _flush.read(device, 2 * l2))
     flushes["control: stock, then synchronize"] = (contextlib.nullcontext, stock_then_sync)
 
@@ -80,19 +82,32 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
                     host_us = _host_iteration(torch, flush, fn)
                     plain = _loop(flush, fn, None)
                     busy = _loop(flush, fn, busy_cycles)
-                results.add(kernel=kname, flush=fname, round=r, flush_us=flush_us, host_iteration_us=host_us,
-                            timed_us=plain, timed_busy_us=busy, leak_us=plain - busy)
+                results.add(
+                    kernel=kname,
+                    flush=fname,
+                    round=r,
+                    flush_us=flush_us,
+                    host_iteration_us=host_us,
+                    timed_us=plain,
+                    timed_busy_us=busy,
+                    leak_us=plain - busy,
+                )
     summary: dict[str, dict[str, float]] = {}
     for row in results.rows:
         key = f"{row['kernel']} | {row['flush']}"
         if key not in summary:
             mine = [x for x in results.rows if (x["kernel"], x["flush"]) == (row["kernel"], row["flush"])]
-            summary[key] = {f: quartiles(x[f] for x in mine)[1]
-                            for f in ("flush_us", "host_iteration_us", "timed_us", "timed_busy_us", "leak_us")}
+            summary[key] = {
+                f: quartiles(x[f] for x in mine)[1]
+                for f in ("flush_us", "host_iteration_us", "timed_us", "timed_busy_us", "leak_us")
+            }
             summary[key]["leak_us_max"] = max(x["leak_us"] for x in mine)
             s = summary[key]
-            progress(f"  {key:70s} flush {s['flush_us']:6.1f}  host/iter {s['host_iteration_us']:5.1f}  "
-                     f"timed {s['timed_us']:6.2f}  busy {s['timed_busy_us']:6.2f}  leak {s['leak_us']:+.2f} (max {s['leak_us_max']:+.2f})")
+            progress(
+                f"  {key:70s} flush {s['flush_us']:6.1f}  host/iter {s['host_iteration_us']:5.1f}  "
+                f"timed {s['timed_us']:6.2f}  busy {s['timed_busy_us']:6.2f}  "
+                f"leak {s['leak_us']:+.2f} (max {s['leak_us_max']:+.2f})"
+            )
     return results.write(rounds=rounds, iters=ITERS, busy_us=BUSY_US, busy_cycles=busy_cycles, summary=summary)
 
 

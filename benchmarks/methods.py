@@ -20,27 +20,60 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .common import LLAMA_SHAPES, Results, progress, quartiles, run_under
+from .common import LLAMA_SHAPES, Results, central_mean, progress, quartiles, run_under
 
 PROCESSES = 5
 ROUNDS = 2
-METHODS = ["do_bench stock", "do_bench write", "do_bench write-read", "do_bench read",
-           "Inductor stock", "Inductor cleanflush", "read-flush event loop", "rotating-weight graph",
-           "do_bench_cudagraph"]
+METHODS = [
+    "do_bench stock",
+    "do_bench write",
+    "do_bench write-read",
+    "do_bench read",
+    "Inductor stock",
+    "Inductor cleanflush",
+    "read-flush event loop",
+    "rotating-weight graph",
+    "do_bench_cudagraph",
+]
+
+
+def methods_for(fn: Callable[[], Any], n: int, k: int, device: Any, inductor: Any) -> dict[str, Callable[[], float]]:
+    """Each method, timing the GEMM ``fn`` (ms)."""
+    import triton.testing
+
+    import cleanflush
+    from cleanflush import _measure
+
+    def do_bench() -> float:
+        return central_mean(triton.testing.do_bench(fn, return_mode="all"))
+
+    measures: dict[str, Callable[[], float]] = {
+        "do_bench stock": lambda: run_under("stock", do_bench),
+        "Inductor stock": lambda: run_under("stock", lambda: inductor.benchmark_gpu(fn)),
+        "Inductor cleanflush": lambda: inductor.benchmark_gpu(fn),
+        "read-flush event loop": lambda: central_mean(_measure.read_flush_reference(fn, 300, device)) / 1e3,
+        "rotating-weight graph": lambda: statistics.median(
+            _measure.rotating_weight_graph(n, k, device=device, replays=10)
+        ),
+        "do_bench_cudagraph": lambda: triton.testing.do_bench_cudagraph(fn, return_mode="median"),
+    }
+    for policy in cleanflush.POLICIES:
+        measures[f"do_bench {policy}"] = lambda policy=policy: run_under(policy, do_bench)
+    return measures
 
 
 def worker(shapes: list[tuple[int, int]], rounds: int) -> None:
     """One process: print one JSON line per measurement on stdout."""
     import torch
-    import triton.testing
     from torch._inductor.runtime import benchmarking
 
-    import cleanflush
     from cleanflush import _measure
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -51,35 +84,35 @@ def worker(shapes: list[tuple[int, int]], rounds: int) -> None:
         fn, _, _ = _measure.one_row_gemm(n, k, device=device)
         _measure.warm_up(fn, 1.5 if first else 0.3)
         first = False
-        do_bench = lambda: _measure.central_mean(triton.testing.do_bench(fn, return_mode="all"))  # noqa: E731
-        measures: dict[str, Callable[[], float]] = {
-            "do_bench stock": lambda: run_under("stock", do_bench),
-            "Inductor stock": lambda: run_under("stock", lambda: inductor.benchmark_gpu(fn)),
-            "Inductor cleanflush": lambda: inductor.benchmark_gpu(fn),
-            "read-flush event loop": lambda: _measure.central_mean(_measure.read_flush_reference(fn, 300, device)) / 1e3,
-            "rotating-weight graph": lambda: _measure.median(_measure.rotating_weight_graph(n, k, device=device, replays=10)),
-            "do_bench_cudagraph": lambda: triton.testing.do_bench_cudagraph(fn, return_mode="median"),
-        }
-        for policy in cleanflush.POLICIES:
-            measures[f"do_bench {policy}"] = lambda policy=policy: run_under(policy, do_bench)
+        measures = methods_for(fn, n, k, device, inductor)
         for r in range(rounds):
             for method in METHODS:
                 us = measures[method]() * 1e3
-                print(json.dumps({"shape": f"{n}x{k}", "n": n, "k": k, "round": r, "method": method, "us": us}), flush=True)
+                print(
+                    json.dumps({"shape": f"{n}x{k}", "n": n, "k": k, "round": r, "method": method, "us": us}),
+                    flush=True,
+                )
         torch.cuda.empty_cache()
 
 
-def run(out: Path, shapes: list[tuple[int, int]] | None = None, processes: int = PROCESSES,
-        rounds: int = ROUNDS) -> Path:
+def run(
+    out: Path, shapes: list[tuple[int, int]] | None = None, processes: int = PROCESSES, rounds: int = ROUNDS
+) -> Path:
     shapes = shapes or LLAMA_SHAPES
     results = Results(out, "methods")
     arg = ",".join(f"{n}x{k}" for n, k in shapes)
     for p in range(processes):
-        progress(f"methods: process {p + 1}/{processes} ({len(shapes)} shapes x {len(METHODS)} methods x {rounds} rounds)")
+        progress(
+            f"methods: process {p + 1}/{processes} ({len(shapes)} shapes x {len(METHODS)} methods x {rounds} rounds)"
+        )
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        proc = subprocess.run([sys.executable, "-m", "benchmarks", "methods", "--worker", "--shapes", arg,
-                               "--rounds", str(rounds)], stdout=subprocess.PIPE, text=True, env=env,
-                              cwd=Path(__file__).parent.parent)
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "methods", "--worker", "--shapes", arg, "--rounds", str(rounds)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=Path(__file__).parent.parent,
+        )
         for line in proc.stdout.splitlines():
             if line.startswith("{"):
                 results.add(process=p, **json.loads(line))
@@ -88,10 +121,17 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, processes: int =
     summary = summarise(results.rows)
     for shape, methods in summary.items():
         ref = methods["rotating-weight graph"]["median"]
-        progress(f"  {shape}: " + ", ".join(f"{m} {v['median']:.2f}" for m, v in methods.items()) + f" (graph {ref:.2f})")
-    return results.write(processes=processes, rounds=rounds, methods=METHODS, summary=summary,
-                         statistic="do_bench and event loop: central 80% mean per call; Inductor: its min; "
-                                   "graphs: median of replays; then median and IQR over processes x rounds")
+        progress(
+            f"  {shape}: " + ", ".join(f"{m} {v['median']:.2f}" for m, v in methods.items()) + f" (graph {ref:.2f})"
+        )
+    return results.write(
+        processes=processes,
+        rounds=rounds,
+        methods=METHODS,
+        summary=summary,
+        statistic="do_bench and event loop: central 80% mean per call; Inductor: its min; "
+        "graphs: median of replays; then median and IQR over processes x rounds",
+    )
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -104,6 +144,5 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
         for method, xs in per.items():
             if xs:
                 p25, med, p75 = quartiles(xs)
-                out[shape][method] = {"median": med, "p25": p25, "p75": p75, "n": len(xs),
-                                      "vs_event_loop": med / ref}
+                out[shape][method] = {"median": med, "p25": p25, "p75": p75, "n": len(xs), "vs_event_loop": med / ref}
     return out

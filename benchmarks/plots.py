@@ -20,16 +20,24 @@ def _pyplot() -> Any:
 
 def _title(meta: dict[str, Any], text: str) -> str:
     m = meta["machine"]
-    return (f"{text}\n{m.get('gpu', '?')}, driver {m.get('driver', '?')}, torch {m['torch']}, "
-            f"triton {m['triton']}, {m['date']}")
+    return (
+        f"{text}\n{m.get('gpu', '?')}, driver {m.get('driver', '?')}, torch {m['torch']}, "
+        f"triton {m['triton']}, {m['date']}"
+    )
 
 
 def _grouped_bars(ax: Any, series: dict[str, list[float]], errors: dict[str, list[list[float]]] | None = None) -> None:
     """One bar per category and series, the series side by side within each category."""
     width = 0.8 / len(series)
     for i, (label, values) in enumerate(series.items()):
-        ax.bar([j + (i - len(series) / 2 + 0.5) * width for j in range(len(values))], values, width,
-               yerr=errors[label] if errors else None, capsize=2 if errors else 0, label=label)
+        ax.bar(
+            [j + (i - len(series) / 2 + 0.5) * width for j in range(len(values))],
+            values,
+            width,
+            yerr=errors[label] if errors else None,
+            capsize=2 if errors else 0,
+            label=label,
+        )
 
 
 def writeback(directory: Path) -> Path:
@@ -55,8 +63,14 @@ def writeback(directory: Path) -> Path:
     b.set_ylabel("GEMM duration in ncu (us)")
     b.legend(fontsize=7)
     b.set_title("duration", fontsize=9)
-    fig.suptitle(_title(meta, f"Study 1: one-row BF16 GEMM {meta['shape'][0]}x{meta['shape'][1]} after a zero_ flush "
-                              f"(dirty capacity {meta['dirty_capacity_mb']:.1f} MB)"), fontsize=9)
+    fig.suptitle(
+        _title(
+            meta,
+            f"Study 1: one-row BF16 GEMM {meta['shape'][0]}x{meta['shape'][1]} after a zero_ flush "
+            f"(dirty capacity {meta['dirty_capacity_mb']:.1f} MB)",
+        ),
+        fontsize=9,
+    )
     return _save(fig, directory / "writeback.png")
 
 
@@ -71,15 +85,24 @@ def methods(directory: Path) -> Path:
     _grouped_bars(
         ax,
         {m: [summary[s][m]["median"] / r for s, r in zip(shapes, ref)] for m in names},
-        {m: [[(summary[s][m]["median"] - summary[s][m]["p25"]) / r for s, r in zip(shapes, ref)],
-             [(summary[s][m]["p75"] - summary[s][m]["median"]) / r for s, r in zip(shapes, ref)]] for m in names},
+        {
+            m: [
+                [(summary[s][m]["median"] - summary[s][m]["p25"]) / r for s, r in zip(shapes, ref)],
+                [(summary[s][m]["p75"] - summary[s][m]["median"]) / r for s, r in zip(shapes, ref)],
+            ]
+            for m in names
+        },
     )
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(shapes)), [f"{s}\n(graph {summary[s]['rotating-weight graph']['median']:.1f} us)" for s in shapes])
+    ax.set_xticks(
+        range(len(shapes)), [f"{s}\n(graph {summary[s]['rotating-weight graph']['median']:.1f} us)" for s in shapes]
+    )
     ax.set_ylabel("time / rotating-weight graph (median, IQR bars)")
     ax.set_ylim(0.6, None)
     ax.legend(fontsize=7, ncol=3)
-    fig.suptitle(_title(meta, f"Study 2: timing methods, {meta['processes']} processes x {meta['rounds']} rounds"), fontsize=9)
+    fig.suptitle(
+        _title(meta, f"Study 2: timing methods, {meta['processes']} processes x {meta['rounds']} rounds"), fontsize=9
+    )
     return _save(fig, directory / "methods.png")
 
 
@@ -90,8 +113,11 @@ def cost(directory: Path) -> Path:
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     flushes = list(dict.fromkeys(r["flush"] for r in rows))
     fig, axes = plt.subplots(1, 4, figsize=(15, 4))
-    for ax, field, label in zip(axes[:3], ("flush_us", "samples", "wall_ms"),
-                                ("flush GPU time (us)", "samples per do_bench call", "do_bench wall time (ms)")):
+    for ax, field, label in zip(
+        axes[:3],
+        ("flush_us", "samples", "wall_ms"),
+        ("flush GPU time (us)", "samples per do_bench call", "do_bench wall time (ms)"),
+    ):
         _grouped_bars(ax, {shape: [meta["summary"][f"{shape} {f}"][field] for f in flushes] for shape in shapes})
         ax.set_xticks(range(len(flushes)), flushes, fontsize=8)
         ax.set_title(label, fontsize=9)
@@ -117,11 +143,16 @@ def latency(directory: Path) -> Path:
     fig, ax = plt.subplots(figsize=(11, 4.2))
     _grouped_bars(ax, {kernel: [summary[f"{kernel} | {f}"]["leak_us"] for f in flushes] for kernel in kernels})
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(flushes)),
-                  [f"{f}\n({summary[f'{kernels[0]} | {f}']['flush_us']:.0f} us)" for f in flushes], fontsize=8)
+    ax.set_xticks(
+        range(len(flushes)),
+        [f"{f}\n({summary[f'{kernels[0]} | {f}']['flush_us']:.0f} us)" for f in flushes],
+        fontsize=8,
+    )
     ax.set_ylabel("timed - timed with GPU held busy (us)")
     ax.legend(fontsize=8)
-    fig.suptitle(_title(meta, "Study 4: launch latency that leaks into the timed region, per flush (flush GPU time)"), fontsize=9)
+    fig.suptitle(
+        _title(meta, "Study 4: launch latency that leaks into the timed region, per flush (flush GPU time)"), fontsize=9
+    )
     return _save(fig, directory / "latency.png")
 
 
@@ -141,11 +172,21 @@ def autotune(directory: Path) -> Path:
         candidates = [c for (timer, c) in t if timer == truth_name]
         for i, timer in enumerate(meta["timers"][:-1]):
             s = meta["summary"][layer]["timers"][timer]
-            ax.scatter([t[(truth_name, c)] for c in candidates if c != "cuBLAS BF16"],
-                       [t[(timer, c)] for c in candidates if c != "cuBLAS BF16"], s=12, color=f"C{i}",
-                       label=f"{timer}: tau {s['kendall']:.2f}, {s['beat_cublas']} beat cuBLAS")
-            ax.scatter([t[(truth_name, "cuBLAS BF16")]], [t[(timer, "cuBLAS BF16")]], marker="*", s=150,
-                       color=f"C{i}", edgecolor="black")
+            ax.scatter(
+                [t[(truth_name, c)] for c in candidates if c != "cuBLAS BF16"],
+                [t[(timer, c)] for c in candidates if c != "cuBLAS BF16"],
+                s=12,
+                color=f"C{i}",
+                label=f"{timer}: tau {s['kendall']:.2f}, {s['beat_cublas']} beat cuBLAS",
+            )
+            ax.scatter(
+                [t[(truth_name, "cuBLAS BF16")]],
+                [t[(timer, "cuBLAS BF16")]],
+                marker="*",
+                s=150,
+                color=f"C{i}",
+                edgecolor="black",
+            )
         lo, hi = min(t.values()) * 0.95, max(t.values()) * 1.05
         ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.7)
         ax.set_xscale("log")
@@ -154,8 +195,10 @@ def autotune(directory: Path) -> Path:
         ax.set_ylim(lo, hi)
         ax.set_xlabel("ground truth: rotating-weight graph (us, log)")
         ax.set_ylabel("timer (us, log)")
-        ax.set_title(f"{layer}: INT8 configs (dots), cuBLAS BF16 (stars); truth winner "
-                     f"{meta['summary'][layer]['truth_winner']}", fontsize=8)
+        ax.set_title(
+            f"{layer}: INT8 configs (dots), cuBLAS BF16 (stars); truth winner {meta['summary'][layer]['truth_winner']}",
+            fontsize=8,
+        )
         ax.legend(fontsize=7)
     fig.suptitle(_title(meta, "Study 5: autotuning an INT8 GEMV against cuBLAS under each timer"), fontsize=9)
     return _save(fig, directory / "autotune.png")

@@ -30,8 +30,7 @@ from .common import RESULTS, Results, progress
 
 PEAK = "import resource, sys; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"
 # the import alone, timed in-process after torch is loaded
-AFTER_TORCH = ("import torch, time; t = time.perf_counter(); import {module}; "
-               "print((time.perf_counter() - t) * 1e3)")
+AFTER_TORCH = "import torch, time; t = time.perf_counter(); import {module}; print((time.perf_counter() - t) * 1e3)"
 
 
 def _env(value: str | None) -> dict[str, str]:
@@ -44,8 +43,9 @@ def _env(value: str | None) -> dict[str, str]:
 def _run(code: str, value: str | None) -> tuple[float, int, str]:
     """(wall ms, peak RSS KiB, stdout) of one fresh interpreter running ``code``."""
     t = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", f"{code}\n{PEAK}"], env=_env(value), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\n{PEAK}"], env=_env(value), capture_output=True, text=True, timeout=300
+    )
     wall = (time.perf_counter() - t) * 1e3
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
@@ -54,8 +54,9 @@ def _run(code: str, value: str | None) -> tuple[float, int, str]:
 
 def importtime(value: str | None) -> list[tuple[str, int]]:
     """(module, cumulative us) for every module imported at start that is ours or wrapt's."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=_env(value),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "pass"], env=_env(value), capture_output=True, text=True, timeout=60
+    )
     rows = []
     for line in out.stderr.splitlines():
         parts = [p.strip() for p in line.split("|")]

@@ -57,8 +57,9 @@ def _is_probe(kernel: str) -> bool:
     return "reduce_kernel" in kernel and "splitK" not in kernel
 
 
-def split_cases(kernels: list[tuple[str, dict[str, float]]], labels: list[str], sizes: list[int],
-                reps: int) -> list[tuple[str, int, list[dict[str, float]], list[dict[str, float]]]]:
+def split_cases(
+    kernels: list[tuple[str, dict[str, float]]], labels: list[str], sizes: list[int], reps: int
+) -> list[tuple[str, int, list[dict[str, float]], list[dict[str, float]]]]:
     """Cut ncu's launch-ordered kernels into (label, size, GEMM kernels, probe kernels) per
     case: GEMM kernels (cuBLAS, one or two per call) until the first probe, then ``reps``
     probes.  Raises when the sequence is not what the script launches."""
@@ -69,10 +70,12 @@ def split_cases(kernels: list[tuple[str, dict[str, float]]], labels: list[str], 
         while i < len(kernels) and not _is_probe(kernels[i][0]):
             gemm.append(kernels[i][1])
             i += 1
-        probes = [v for name, v in kernels[i:i + reps] if _is_probe(name)]
+        probes = [v for name, v in kernels[i : i + reps] if _is_probe(name)]
         i += reps
         if not gemm or len(gemm) % reps or len(probes) != reps:
-            raise RuntimeError(f"unexpected kernel sequence at {label!r}: {len(gemm)} GEMM kernels, {len(probes)} probes")
+            raise RuntimeError(
+                f"unexpected kernel sequence at {label!r}: {len(gemm)} GEMM kernels, {len(probes)} probes"
+            )
         cases.append((label, x, gemm, probes))
     if i != len(kernels):
         raise RuntimeError(f"{len(kernels) - i} kernels left over")
@@ -84,20 +87,24 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None) -> Path:
     from cleanflush import _measure
 
     n, k = (shapes or [(4096, 4096)])[0]
-    labels = [f"zero_ {x} MiB" for x in SIZES_MIB] + ["zero_ 256 MiB + cleanflush read (write-read)",
-                                                     "cleanflush read 256 MiB (read)"]
+    labels = [f"zero_ {x} MiB" for x in SIZES_MIB] + [
+        "zero_ 256 MiB + cleanflush read (write-read)",
+        "cleanflush read 256 MiB (read)",
+    ]
     progress(f"writeback: {len(labels)} flushes x {REPS} GEMMs under Nsight Compute (about a minute)")
     script = SCRIPT.format(n=n, k=k, sizes=SIZES_MIB, reps=REPS)
     kernels = _measure.ncu_metrics(["-c", script], METRICS)
     results = Results(out, "writeback")
     for label, x, gemm, probes in split_cases(kernels, labels, SIZES_MIB + [256, 0], REPS):
         per_call = len(gemm) // REPS
-        calls = [gemm[c * per_call:(c + 1) * per_call] for c in range(REPS)]
+        calls = [gemm[c * per_call : (c + 1) * per_call] for c in range(REPS)]
 
         def total(call: list[dict[str, float]], metric: str) -> float:
             return sum(kv[metric] for kv in call)
+
         results.add(
-            flush=label, zero_mib=x,
+            flush=label,
+            zero_mib=x,
             gemm_write_mb=statistics.median(total(c, METRICS[0]) for c in calls) / 1e6,
             gemm_read_mb=statistics.median(total(c, METRICS[1]) for c in calls) / 1e6,
             gemm_us=statistics.median(total(c, METRICS[2]) for c in calls),
@@ -109,14 +116,20 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None) -> Path:
     sweep = [r for r in rows if r["flush"].startswith("zero_") and r["flush"].endswith(" MiB")]
     plateau = [r["probe_writeback_mb"] for r in sweep if r["zero_mib"] >= 64]
     summary: dict[str, Any] = {
-        "shape": [n, k], "reps": REPS, "metrics": METRICS,
+        "shape": [n, k],
+        "reps": REPS,
+        "metrics": METRICS,
         "ncu": "--cache-control none --clock-control none --replay-mode application",
         "dirty_capacity_mb": statistics.median(plateau),
         "gemm_write_plateau_mb": statistics.median(r["gemm_write_mb"] for r in sweep if r["zero_mib"] >= 64),
     }
-    progress(f"writeback: dirty capacity {summary['dirty_capacity_mb']:.1f} MB, "
-             f"GEMM write-back plateau {summary['gemm_write_plateau_mb']:.1f} MB")
+    progress(
+        f"writeback: dirty capacity {summary['dirty_capacity_mb']:.1f} MB, "
+        f"GEMM write-back plateau {summary['gemm_write_plateau_mb']:.1f} MB"
+    )
     for r in rows:
-        progress(f"  {r['flush']:46s} GEMM writes {r['gemm_write_mb']:7.3f} MB in {r['gemm_us']:6.2f} us; "
-                 f"probe writes back {r['probe_writeback_mb']:6.2f} MB")
+        progress(
+            f"  {r['flush']:46s} GEMM writes {r['gemm_write_mb']:7.3f} MB in {r['gemm_us']:6.2f} us; "
+            f"probe writes back {r['probe_writeback_mb']:6.2f} MB"
+        )
     return results.write(**summary)

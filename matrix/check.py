@@ -45,8 +45,9 @@ class Ops(TorchFunctionMode):
 # 1. every patched attribute is restored exactly, and wrapped again on install
 patches = list(triton_patch._patches) + list(inductor_patch._patches)
 originals = [(p.owner, p.name, p.original) for p in patches]
-record["patched_attributes"] = sorted(f"{getattr(o, '__qualname__', getattr(o, '__name__', o))}.{n}"
-                                      for o, n, _ in originals)
+record["patched_attributes"] = sorted(
+    f"{getattr(o, '__qualname__', getattr(o, '__name__', o))}.{n}" for o, n, _ in originals
+)
 cleanflush.uninstall()
 record["restored_exactly"] = all(vars(o)[n] is orig for o, n, orig in originals)
 cleanflush.install()
@@ -62,9 +63,11 @@ for label, cls in triton_patch.driver_classes():
     clear_owner = patching.defining_class(cls, "clear_cache")
     empty_owner = patching.defining_class(cls, "get_empty_cache_for_benchmark")
     if clear_owner and patching.our_patch(clear_owner, "clear_cache"):
+
         def run(cache, cls=cls):
             object.__new__(cls).clear_cache(cache)
     elif empty_owner and patching.our_patch(empty_owner, "get_empty_cache_for_benchmark"):
+
         def run(cache, cls=cls):
             # triton 3.2: do_bench takes the tensor from the patched get_empty_cache_for_benchmark
             # and zeroes it inline; its CUDA allocation is stood in for by this CPU tensor
@@ -130,7 +133,9 @@ if testing is not None and patching.our_patch(testing, "do_bench"):
                 else:
                     chunk.append(name)
             unique = {tuple(c) for c in chunks if c}  # empty: its warm-up calls, unflushed by design
-            sequences[f"triton.testing.do_bench | {policy}"] = list(unique.pop()) if len(unique) == 1 else sorted(unique)
+            sequences[f"triton.testing.do_bench | {policy}"] = (
+                list(unique.pop()) if len(unique) == 1 else sorted(unique)
+            )
     finally:
         torch.empty, torch.cuda.synchronize, torch.cuda.Event = real
 benchmarking = sys.modules.get("torch._inductor.runtime.benchmarking")
@@ -142,8 +147,13 @@ if bench_cls is not None and inductor_patch._patching.our_patch(bench_cls, "benc
         x = torch.ones(4)
         for policy in cleanflush.POLICIES:
             with cleanflush.policy(policy), Ops() as ops:
-                bench_cls().benchmark_gpu(lambda: torch.neg(x), device_type="cpu", benchmark_iters=2,
-                                          memory_warmup_iters=1, estimation_iters=1)
+                bench_cls().benchmark_gpu(
+                    lambda: torch.neg(x),
+                    device_type="cpu",
+                    benchmark_iters=2,
+                    memory_warmup_iters=1,
+                    estimation_iters=1,
+                )
             sequences[f"InductorBenchmarker | {policy}"] = ops.names
     else:
         sequences["InductorBenchmarker"] = "no device_type argument: needs a GPU to run"

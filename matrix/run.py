@@ -25,13 +25,19 @@ RESULTS = ROOT / "matrix" / "results"
 WORK = Path(os.environ.get("MATRIX_DIR", "/tmp/cleanflush-matrix"))
 
 # name -> pip requirements.  torch 2.13.0 resolves to the CPU build where it lies on disk.
-PAIRINGS = {f"triton-{v}": ["torch==2.13.0", f"triton=={v}"]
-            for v in ("3.0.0", "3.1.0", "3.2.0", "3.3.1", "3.4.0", "3.5.1", "3.6.0", "3.7.1", "3.8.0", "3.9.0")}
-PAIRINGS |= {f"torch-{v}": [f"torch=={v}"]
-             for v in ("2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.14.1", "2.15.0")}
+PAIRINGS = {
+    f"triton-{v}": ["torch==2.13.0", f"triton=={v}"]
+    for v in ("3.0.0", "3.1.0", "3.2.0", "3.3.1", "3.4.0", "3.5.1", "3.6.0", "3.7.1", "3.8.0", "3.9.0")
+}
+PAIRINGS |= {
+    f"torch-{v}": [f"torch=={v}"]
+    for v in ("2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.14.1", "2.15.0")
+}
 
 COLUMNS = {
-    "triton flush": lambda t: t["package"] == "triton" and ("nvidia" in t["target"] or t["target"] == "triton.testing.do_bench"),
+    "triton flush": lambda t: (
+        t["package"] == "triton" and ("nvidia" in t["target"] or t["target"] == "triton.testing.do_bench")
+    ),
     "InductorBenchmarker": lambda t: t["target"] == "InductorBenchmarker.benchmark_gpu",
     "TorchProfilerBenchmarker": lambda t: t["target"] == "TorchProfilerBenchmarker.benchmark_gpu",
     "_do_bench_using_profiling": lambda t: t["target"].endswith("_do_bench_using_profiling"),
@@ -63,8 +69,19 @@ def run_pairing(name: str, requirements: list[str], wheel: Path) -> dict:
     env.pop("CLEANFLUSH", None)
     if any(r.startswith("torch==2.15") for r in requirements):
         env["PIP_CONFIG_FILE"] = os.devnull  # this machine's pip config caps torch at 2.14.1
-    install = sh(python, "-m", "pip", "install", "-q", "--no-cache-dir", *requirements, "wrapt", str(wheel),
-                 env=env, timeout=3600)
+    install = sh(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-cache-dir",
+        *requirements,
+        "wrapt",
+        str(wheel),
+        env=env,
+        timeout=3600,
+    )
     if install.returncode:
         lines = [line for line in install.stderr.splitlines() if "WARNING: Location" not in line]
         return {"name": name, "requirements": requirements, "install_error": "\n".join(lines)[-1500:]}
@@ -114,7 +131,7 @@ def checks(record: dict) -> str:
         if target == "InductorBenchmarker":
             calls = [i for i, n in enumerate(names) if n == "neg"][1:]
             want = ["zero_"] if policy == "write" else ["zero_", "sum"]
-            if not calls or any(names[i - len(want):i] != want for i in calls):
+            if not calls or any(names[i - len(want) : i] != want for i in calls):
                 problems.append(f"sequence {key}")
     if not record["env_switch_matches"]:
         problems.append("CLEANFLUSH=1")
@@ -126,8 +143,13 @@ def checks(record: dict) -> str:
 
 
 def reasons(record: dict) -> list[str]:
-    return sorted({f"{t['target']}: {t['detail']}" for t in record.get("targets", [])
-                   if not t["patched"] and t["detail"].startswith("unsupported")})
+    return sorted(
+        {
+            f"{t['target']}: {t['detail']}"
+            for t in record.get("targets", [])
+            if not t["patched"] and t["detail"].startswith("unsupported")
+        }
+    )
 
 
 def _ranges(versions: list[str], order: list[str]) -> str:
@@ -160,23 +182,36 @@ def summary(records: list[dict]) -> list[str]:
         patched = _ranges([v for v, c in states.items() if c == "patched"], order)
         other = [v for v, c in states.items() if c != "patched"]
         absent = [v for v in other if states[v] == "absent"]
-        not_patched = ", ".join(filter(None, [
-            f"{axis} {_ranges([v for v in other if v not in absent], order)}" if len(other) > len(absent) else "",
-            f"absent in {axis} {_ranges(absent, order)}" if absent else ""]))
+        not_patched = ", ".join(
+            filter(
+                None,
+                [
+                    f"{axis} {_ranges([v for v in other if v not in absent], order)}"
+                    if len(other) > len(absent)
+                    else "",
+                    f"absent in {axis} {_ranges(absent, order)}" if absent else "",
+                ],
+            )
+        )
         label = {"triton flush": "Triton do_bench, autotuner, Proton"}.get(column, column)
         lines.append(f"| {label} | {axis} {patched} | {not_patched or '-'} |")
     failed = [r["name"] for r in records if not checks(r).startswith("all pass")]
-    partial = sorted({key: [r["name"] for r in records if key in skipped(r)]
-                      for r in records for key in skipped(r)}.items())
+    partial = sorted(
+        {key: [r["name"] for r in records if key in skipped(r)] for r in records for key in skipped(r)}.items()
+    )
     lines.append("")
     if failed:
         lines.append(f"Checks failed or could not run for: {', '.join(failed)}.")
     else:
-        lines.append("Every line above passed every check it ran (exact restore, flush sequence on CPU, "
-                     "CLEANFLUSH=1)" + ("." if not partial else ", except:"))
+        lines.append(
+            "Every line above passed every check it ran (exact restore, flush sequence on CPU, "
+            "CLEANFLUSH=1)" + ("." if not partial else ", except:")
+        )
     for key, names in partial:
-        lines.append(f"the {key} flush sequence was not checked on {', '.join(names)}: it needs a GPU there "
-                     "(benchmark_gpu takes no device_type before torch 2.13).")
+        lines.append(
+            f"the {key} flush sequence was not checked on {', '.join(names)}: it needs a GPU there "
+            "(benchmark_gpu takes no device_type before torch 2.13)."
+        )
     return lines
 
 
@@ -191,20 +226,26 @@ def write_tables(date: str) -> None:
     lines = [head, sep]
     for r in records:
         cells = [cell(r, c) for c in COLUMNS] if "targets" in r else ["-"] * len(COLUMNS)
-        lines.append(f"| {r['name']} | {r.get('torch', '-')} | {r.get('triton', '-')} | " + " | ".join(cells)
-                     + f" | {checks(r)} |")
+        lines.append(
+            f"| {r['name']} | {r.get('torch', '-')} | {r.get('triton', '-')} | "
+            + " | ".join(cells)
+            + f" | {checks(r)} |"
+        )
     notes = []
     for r in records:
         for reason in reasons(r):
             notes.append(f"- {r['name']}: {reason}")
         if "install_error" in r:
-            notes.append(f"- {r['name']}: did not install: {r['install_error'].splitlines()[-1] if r['install_error'] else ''}")
+            notes.append(
+                f"- {r['name']}: did not install: {r['install_error'].splitlines()[-1] if r['install_error'] else ''}"
+            )
         for err in r.get("errors", []):
             notes.append(f"- {r['name']}: {err[:300]}")
     text = [
         "# Supported versions: the patch matrix",
         "",
-        f"Run on {date} with `python matrix/run.py` on CPU (Python {records[0].get('python', '?') if records else '?'}): "
+        f"Run on {date} with `python matrix/run.py` on CPU "
+        f"(Python {records[0].get('python', '?') if records else '?'}): "
         "each pairing in a fresh venv, checked in a fresh interpreter by matrix/check.py. "
         "`patched`: the target exists and cleanflush wraps it; `unsupported`: it exists, stock flush kept, "
         "status says why; `absent`: not in that version. `checks`: every patched attribute restored "
@@ -224,9 +265,10 @@ def write_tables(date: str) -> None:
     body = readme.read_text()
     start, end = "<!-- matrix:begin -->", "<!-- matrix:end -->"
     if start in body and end in body:
-        table = "\n".join([f"From matrix/RESULTS.md ({date}; each line installed and checked on CPU):", "",
-                           *summary(records)])
-        body = body[: body.index(start) + len(start)] + "\n" + table + "\n" + body[body.index(end):]
+        table = "\n".join(
+            [f"From matrix/RESULTS.md ({date}; each line installed and checked on CPU):", "", *summary(records)]
+        )
+        body = body[: body.index(start) + len(start)] + "\n" + table + "\n" + body[body.index(end) :]
         readme.write_text(body)
 
 

@@ -41,8 +41,7 @@ def _import_cleanflush():
     try:
         import cleanflush  # noqa: F401  (the import installs, honouring CLEANFLUSH)
     except Exception as exc:  # pragma: no cover - defensive
-        print(f"cleanflush: autoload failed ({exc!r}); benchmarks keep their stock L2 flush",
-              file=sys.stderr)
+        print(f"cleanflush: autoload failed ({exc!r}); benchmarks keep their stock L2 flush", file=sys.stderr)
 
 
 def boot():

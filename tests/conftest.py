@@ -49,7 +49,9 @@ def fresh_install():
     assert not _state.STATE.open_blocks, "the test left a cleanflush.policy block open"
 
 
-def run_python(code: str, env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter; ``env`` entries set to None are removed."""
     child_env = dict(os.environ)
     child_env.pop("CLEANFLUSH", None)
@@ -60,7 +62,10 @@ def run_python(code: str, env: dict[str, str | None] | None = None, args: tuple[
             child_env[key] = value
     return subprocess.run(
         [sys.executable, *args, "-c", textwrap.dedent(code)],
-        env=child_env, capture_output=True, text=True, timeout=300,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -20,7 +20,7 @@ pulls a serving stack.  Devices are the CPU here.
 from __future__ import annotations
 
 MODULE_FUNCTIONS = {
-    "kernelbench/timing.py": '''
+    "kernelbench/timing.py": """
         import torch
 
         def clear_l2_cache(device="cuda"):
@@ -32,8 +32,8 @@ MODULE_FUNCTIONS = {
             for _ in range(num_trials):
                 clear_l2_cache(device=device)  # measuring cold cache performance
                 kernel_fn(*args)
-        ''',
-    "sol_execbench/core/bench/timing.py": '''
+        """,
+    "sol_execbench/core/bench/timing.py": """
         import torch
 
         def _get_empty_cache_for_benchmark(device):
@@ -47,8 +47,8 @@ MODULE_FUNCTIONS = {
             for _ in range(rep):
                 _clear_cache(cache)
                 fn()
-        ''',
-    "deep_ep/utils/testing.py": '''
+        """,
+    "deep_ep/utils/testing.py": """
         import torch
 
         def flush_l2_cache(enabled=True):
@@ -60,10 +60,10 @@ MODULE_FUNCTIONS = {
             for _ in range(num_tests):
                 flush_l2_cache(flush_l2)
                 fn()
-        ''',
+        """,
 }
 
-BENCH_KINETO = '''
+BENCH_KINETO = """
     import torch
 
     def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: bool = False,
@@ -77,15 +77,17 @@ BENCH_KINETO = '''
                     torch.empty(flush_l2_size, dtype=torch.int, device={quote}cuda{quote}).zero_()
                 fn()
         return 1
-'''
+"""
 KINETO = {
     "deep_gemm/testing/bench.py": BENCH_KINETO.format(extra="barrier=None", quote="'"),
     "deep_gemm/testing/__init__.py": "from . import bench\nfrom .bench import *\n",
     "sglang/srt/bench_utils.py": BENCH_KINETO.replace("{extra}):", "):").format(quote='"'),
 }
 
-FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >"
-        "(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)")
+FILL = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >"
+    "(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)"
+)
 TRITONBENCH_EXACT = f'''
 CACHE_CLEAR_KERNEL = "{FILL}"
 
@@ -101,7 +103,9 @@ def _is_cache_clear_kernel(name: str) -> bool:
 def counted(names):
     return [name for name in names if not _is_cache_clear_kernel(name)]
 '''
-TRITONBENCH = {"exact": {"tritonbench/components/do_bench/run.py": TRITONBENCH_EXACT},
-               "substring": {"tritonbench/components/do_bench/run.py": TRITONBENCH_SUBSTRING}}
+TRITONBENCH = {
+    "exact": {"tritonbench/components/do_bench/run.py": TRITONBENCH_EXACT},
+    "substring": {"tritonbench/components/do_bench/run.py": TRITONBENCH_SUBSTRING},
+}
 
 ALL = {**MODULE_FUNCTIONS, **KINETO, **TRITONBENCH["substring"]}

@@ -104,8 +104,11 @@ def test_inductor_feedback_saver_is_registered_records_and_is_removed(recording)
     savers = select.get_algorithm_selector_cache().feedback_saver_fns
     ours = [fn for fn in savers if fn is decisions._inductor_feedback]
     assert len(ours) == 1
-    timings = {Choice("triton_mm_12", "BLOCK_M=16, BLOCK_N=32"): 0.020, Choice("mm"): 0.015,
-               Choice("triton_mm_13", "BLOCK_M=64, BLOCK_N=64"): float("inf")}
+    timings = {
+        Choice("triton_mm_12", "BLOCK_M=16, BLOCK_N=32"): 0.020,
+        Choice("mm"): 0.015,
+        Choice("triton_mm_13", "BLOCK_M=64, BLOCK_N=64"): float("inf"),
+    }
     ours[0](timings, "mm", [Node([1, 4096]), Node([4096, 4096])], list(timings), lambda: {}, {})
     line = json.loads(path.read_text())
     assert line["kind"] == "inductor" and line["op"] == "mm"
@@ -133,8 +136,11 @@ def test_compare_finds_the_changed_decision_and_its_cost():
 
 
 def test_compare_over_several_runs_takes_the_usual_winner_and_median_timings():
-    stock = [[decision("k", "1", {"a": 1.0, "b": 2.0})], [decision("k", "1", {"a": 3.0, "b": 2.0})],
-             [decision("k", "1", {"a": 1.0, "b": 2.0})]]
+    stock = [
+        [decision("k", "1", {"a": 1.0, "b": 2.0})],
+        [decision("k", "1", {"a": 3.0, "b": 2.0})],
+        [decision("k", "1", {"a": 1.0, "b": 2.0})],
+    ]
     clean = [[decision("k", "1", {"a": 1.0, "b": 2.0})]] * 3
     cmp = _ab.compare(stock, clean)
     assert cmp["changed"] == []  # "a" in two of three stock runs, as in every clean run
@@ -143,8 +149,13 @@ def test_compare_over_several_runs_takes_the_usual_winner_and_median_timings():
 
 def test_report_says_when_nothing_changed_and_when_nothing_was_tuned():
     same = [[decision("k", "1", {"a": 1.0, "b": 2.0})]]
-    result = {"command": ["python", "x.py"], "policy": "write-read", "runs": 1, "run_codes": [],
-              "comparison": _ab.compare(same, same)}
+    result = {
+        "command": ["python", "x.py"],
+        "policy": "write-read",
+        "runs": 1,
+        "run_codes": [],
+        "comparison": _ab.compare(same, same),
+    }
     assert "the dirty flush did not change any decision here" in _ab.format_report(result)
     result["comparison"] = _ab.compare([[]], [[]])
     assert "no autotuning decision was recorded" in _ab.format_report(result)
@@ -155,7 +166,10 @@ def test_every_run_gets_caches_of_its_own(tmp_path):
     b = _ab.run_env({}, "write-read", str(tmp_path / "2"))
     for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CLEANFLUSH_DECISIONS"):
         assert a[key] != b[key]
-    assert a["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1" and (a["CLEANFLUSH"], b["CLEANFLUSH"]) == ("write", "write-read")
+    assert a["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1" and (a["CLEANFLUSH"], b["CLEANFLUSH"]) == (
+        "write",
+        "write-read",
+    )
 
 
 def test_ab_end_to_end_finds_the_flip(tmp_path):
@@ -166,7 +180,8 @@ def test_ab_end_to_end_finds_the_flip(tmp_path):
         "import sys\nfrom cleanflush.__main__ import main\n"
         f"sys.exit(main(['ab', '--runs', '2', '--keep', {str(tmp_path / 'runs')!r}, '--json', {str(out)!r}, "
         f"'--', sys.executable, {str(script)!r}]))",
-        {"TRITON_INTERPRET": "1"})
+        {"TRITON_INTERPRET": "1"},
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.count("best") == 4  # the command ran 4 times, its output untouched
     caches = {line.split("cache ")[1] for line in child.stdout.splitlines() if line.startswith("best")}
@@ -179,16 +194,20 @@ def test_ab_end_to_end_finds_the_flip(tmp_path):
 
 
 def test_ab_reports_a_failed_run(tmp_path):
-    child = run_python("import sys\nfrom cleanflush.__main__ import main\n"
-                       "sys.exit(main(['ab', '--', sys.executable, '-c', 'raise SystemExit(3)']))")
+    child = run_python(
+        "import sys\nfrom cleanflush.__main__ import main\n"
+        "sys.exit(main(['ab', '--', sys.executable, '-c', 'raise SystemExit(3)']))"
+    )
     assert child.returncode == 1
     assert "exited with code 3" in child.stdout
     assert "no autotuning decision was recorded" in child.stdout
 
 
 def test_ab_refuses_the_stock_policy_as_the_clean_side():
-    child = run_python("import sys\nfrom cleanflush.__main__ import main\n"
-                       "sys.exit(main(['ab', '--policy', 'write', '--', sys.executable, '-c', 'pass']))")
+    child = run_python(
+        "import sys\nfrom cleanflush.__main__ import main\n"
+        "sys.exit(main(['ab', '--policy', 'write', '--', sys.executable, '-c', 'pass']))"
+    )
     assert child.returncode == 2 and "write-read or read" in child.stderr
     assert child.stdout == ""  # the command never ran
 
@@ -208,7 +227,10 @@ def test_inductor_kernel_config_tuning_is_recorded(recording, monkeypatch):
     tuner = object.__new__(heuristics.CachingAutotuner)
     tuner.inductor_meta = {"kernel_name": "triton_red_fused_mv_0"}
     tuner.size_hints = {"x": 4096, "r0_": 4096}
-    fast, slow = Launcher("XBLOCK: 1, R0_BLOCK: 2048, num_warps: 16"), Launcher("XBLOCK: 8, R0_BLOCK: 512, num_warps: 8")
+    fast, slow = (
+        Launcher("XBLOCK: 1, R0_BLOCK: 2048, num_warps: 16"),
+        Launcher("XBLOCK: 8, R0_BLOCK: 512, num_warps: 8"),
+    )
     monkeypatch.setattr(wrapper, "__wrapped__", lambda *a, **k: {fast: 0.013, slow: 0.019})
     assert tuner.benchmark_all_configs() == {fast: 0.013, slow: 0.019}
     line = json.loads(path.read_text())
@@ -218,8 +240,9 @@ def test_inductor_kernel_config_tuning_is_recorded(recording, monkeypatch):
 
 
 def test_ab_with_a_command_that_cannot_start():
-    child = run_python("import sys\nfrom cleanflush.__main__ import main\n"
-                       "sys.exit(main(['ab', '--', 'no-such-command-here']))")
+    child = run_python(
+        "import sys\nfrom cleanflush.__main__ import main\nsys.exit(main(['ab', '--', 'no-such-command-here']))"
+    )
     assert child.returncode == 1 and "Traceback" not in child.stderr
     assert "cannot start 'no-such-command-here'" in child.stderr
     assert "exited with code 127" in child.stdout
@@ -265,8 +288,12 @@ def test_a_kernel_decision_word_for_word():
 
     fast, slow = Launcher("XBLOCK: 1"), Launcher("XBLOCK: 8")
     assert decisions.kernel_decision(Tuner(), {fast: 0.013, slow: [0.019, 0.018, 0.02]}) == {
-        "kind": "inductor-kernel", "op": "triton_red_fused_mv_0", "key": "{'x': 4096}",
-        "timings_ms": {"XBLOCK: 1": 0.013, "XBLOCK: 8": 0.019}, "winner": "XBLOCK: 1"}
+        "kind": "inductor-kernel",
+        "op": "triton_red_fused_mv_0",
+        "key": "{'x': 4096}",
+        "timings_ms": {"XBLOCK: 1": 0.013, "XBLOCK: 8": 0.019},
+        "winner": "XBLOCK: 1",
+    }
 
     def triton_poi_0():
         pass
@@ -275,8 +302,12 @@ def test_a_kernel_decision_word_for_word():
         fn = triton_poi_0
 
     assert decisions.kernel_decision(Bare(), {"launcher-a": 1.0}) == {
-        "kind": "inductor-kernel", "op": "triton_poi_0", "key": "", "timings_ms": {"launcher-a": 1.0},
-        "winner": "launcher-a"}
+        "kind": "inductor-kernel",
+        "op": "triton_poi_0",
+        "key": "",
+        "timings_ms": {"launcher-a": 1.0},
+        "winner": "launcher-a",
+    }
     assert decisions.kernel_decision(object(), {})["op"] == "?"
 
 
@@ -313,7 +344,6 @@ def test_the_benchmark_gets_the_callers_arguments(recording):
 def test_a_recorded_line_word_for_word(recording):
     """Every key of a line, as `cleanflush ab` reads it; the op named after the tuned
     function (``base_fn`` before ``fn``: Triton's Autotuner wraps a heuristics layer)."""
-    import os
 
     def kernel():
         pass
@@ -324,6 +354,7 @@ def test_a_recorded_line_word_for_word(recording):
             vars(self).update(attributes)
 
     for tuner in (Tuner(base_fn=kernel, fn="a heuristics wrapper"), Tuner(fn=kernel)):
+
         def benchmarked(tuner=tuner):
             tuner.cache[(64,)] = "BLOCK=32"
             tuner.configs_timings = {"BLOCK=32": [0.5, 0.4, 0.6], "BLOCK=64": 0.9}
@@ -331,8 +362,21 @@ def test_a_recorded_line_word_for_word(recording):
         with cleanflush.policy("read"):
             decisions._autotuner_run(benchmarked, tuner, (), {})
     lines = [json.loads(line) for line in recording.read_text().splitlines()]
-    assert lines == [{"pid": os.getpid(), "policy": "read", "kind": "triton", "op": f"{__name__}.kernel",
-                      "key": "(64,)", "timings_ms": {"BLOCK=32": 0.5, "BLOCK=64": 0.9}, "winner": "BLOCK=32"}] * 2
+    assert (
+        lines
+        == [
+            {
+                "pid": os.getpid(),
+                "policy": "read",
+                "kind": "triton",
+                "op": f"{__name__}.kernel",
+                "key": "(64,)",
+                "timings_ms": {"BLOCK=32": 0.5, "BLOCK=64": 0.9},
+                "winner": "BLOCK=32",
+            }
+        ]
+        * 2
+    )
     assert decisions.triton_decision(object(), 1, {}, None)["op"] == "?.?"
 
 
@@ -366,7 +410,8 @@ def test_a_triton_decision_that_cannot_be_read_is_said_once(recording):
         tuner.configs_timings = None
         decisions._autotuner_run(benchmarked, tuner, (), {})  # the same failure: not said again
     assert [str(w.message) for w in said] == [
-        "cleanflush: could not read a Triton autotuning decision (TypeError(\"'int' object is not iterable\"))"]
+        "cleanflush: could not read a Triton autotuning decision (TypeError(\"'int' object is not iterable\"))"
+    ]
 
 
 def test_a_decisions_file_that_cannot_be_written_is_said_once(tmp_path, monkeypatch):
@@ -375,7 +420,8 @@ def test_a_decisions_file_that_cannot_be_written_is_said_once(tmp_path, monkeypa
         decisions.write({"kind": "x"})
         decisions.write({"kind": "y"})
     assert len(said) == 1 and str(said[0].message).startswith(
-        f"cleanflush: could not record an autotuning decision in {str(tmp_path)!r} (")
+        f"cleanflush: could not record an autotuning decision in {str(tmp_path)!r} ("
+    )
 
 
 def test_a_choice_without_a_description_is_named_by_its_kind():

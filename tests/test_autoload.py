@@ -50,7 +50,10 @@ def test_no_import_and_no_variable_leaves_triton_stock():
     assert out[0] == "function"
 
 
-@pytest.mark.parametrize("value, policy", [("1", "write-read"), ("on", "write-read"), ("read", "read"), ("write-read", "write-read"), ("write", "write")])
+@pytest.mark.parametrize(
+    "value, policy",
+    [("1", "write-read"), ("on", "write-read"), ("read", "read"), ("write-read", "write-read"), ("write", "write")],
+)
 def test_variable_alone_patches_without_import(value, policy):
     out, _ = probe({"CLEANFLUSH": value})
     assert out == ["FunctionWrapper", policy]
@@ -105,15 +108,18 @@ def test_autoload_waits_for_torch_or_triton(value, first):
 
 @pytest.mark.parametrize("value", ["0", "off", " OFF ", "false", "no", ""])
 def test_off_values_import_nothing_at_start(value):
-    child = run_python("import sys; print(sorted(m for m in ('_cleanflush_boot', 'cleanflush', 'wrapt') "
-                       "if m in sys.modules))", {"CLEANFLUSH": value})
+    child = run_python(
+        "import sys; print(sorted(m for m in ('_cleanflush_boot', 'cleanflush', 'wrapt') if m in sys.modules))",
+        {"CLEANFLUSH": value},
+    )
     assert child.stdout.strip() == "[]", child.stderr
 
 
 def test_patched_right_after_the_import_that_woke_it():
-    child = run_python("import triton.testing\n"
-                       "print(type(vars(triton.backends.backends['nvidia'].driver)['clear_cache']).__name__)",
-                       {"CLEANFLUSH": "1"})
+    child = run_python(
+        "import triton.testing\nprint(type(vars(triton.backends.backends['nvidia'].driver)['clear_cache']).__name__)",
+        {"CLEANFLUSH": "1"},
+    )
     assert child.stdout.strip() == "FunctionWrapper", child.stderr
 
 
@@ -123,7 +129,6 @@ def test_the_three_readers_of_off_agree():
     import ast
 
     import _cleanflush_boot
-
     from cleanflush import _env
 
     pth = (ROOT / "src" / "cleanflush.pth").read_text()
@@ -137,16 +142,19 @@ def test_a_left_behind_autoload_file_says_one_line():
     child = run_python("print('ran')", {"CLEANFLUSH": "1", "PYTHONPATH": None}, args=("-S",))
     assert child.stdout == "ran\n"  # -S: no .pth ran; below, the line itself, without its module
     pth = (ROOT / "src" / "cleanflush.pth").read_text()
-    code = (f"import sys; sys.modules['_cleanflush_boot'] = None\nexec(compile({pth!r}, 'cleanflush.pth', 'exec'))\n"
-            "print('ran')")
+    code = (
+        f"import sys; sys.modules['_cleanflush_boot'] = None\nexec(compile({pth!r}, 'cleanflush.pth', 'exec'))\n"
+        "print('ran')"
+    )
     child = run_python(code, {"CLEANFLUSH": "1"})
     assert child.returncode == 0 and child.stdout == "ran\n"
     assert child.stderr.count("\n") == 1 and "left without its module _cleanflush_boot" in child.stderr
 
 
 def test_autoload_file_is_installed():
-    child = run_python("import site, os; print(any(os.path.exists(os.path.join(d, 'cleanflush.pth')) "
-                       "for d in site.getsitepackages()))")
+    child = run_python(
+        "import site, os; print(any(os.path.exists(os.path.join(d, 'cleanflush.pth')) for d in site.getsitepackages()))"
+    )
     assert child.stdout.strip() == "True"
 
 
@@ -174,19 +182,32 @@ def wrapped(obj):
 """
 
 
-AUTOLOAD = POINTS + """
+AUTOLOAD = (
+    POINTS
+    + """
 import importlib, json
 importlib.import_module(MODULE)
 now = points()
 print(json.dumps({"patched": bool(now) and all(wrapped(v) for v in now.values()),
                   "cleanflush": "cleanflush" in sys.modules}))
 """
+)
 
 
-@pytest.mark.parametrize("value, patched", [
-    (None, False), ("0", False), ("off", False), ("1", True), ("on", True),
-    ("read", True), ("write-read", True), ("write", True), ("bogus", False),
-])
+@pytest.mark.parametrize(
+    "value, patched",
+    [
+        (None, False),
+        ("0", False),
+        ("off", False),
+        ("1", True),
+        ("on", True),
+        ("read", True),
+        ("write-read", True),
+        ("write", True),
+        ("bogus", False),
+    ],
+)
 @pytest.mark.parametrize("module", ["triton.testing", "torch._inductor.runtime.benchmarking"])
 def test_autoload_under_every_value(module, value, patched):
     child = run_python(f"MODULE = {module!r}\n" + AUTOLOAD, {"CLEANFLUSH": value}, args=("-W", "error"))

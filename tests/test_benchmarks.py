@@ -31,8 +31,12 @@ def test_central_mean_trims_the_tails():
 
 
 def _rows(times):
-    return [{"timer": timer, "candidate": cand, "us": us, "round": r}
-            for timer, per in times.items() for cand, us in per.items() for r in range(2)]
+    return [
+        {"timer": timer, "candidate": cand, "us": us, "round": r}
+        for timer, per in times.items()
+        for cand, us in per.items()
+        for r in range(2)
+    ]
 
 
 def test_decide_reports_winner_regret_and_cublas_count():
@@ -50,9 +54,15 @@ def test_decide_reports_winner_regret_and_cublas_count():
 
 
 def test_methods_summary_is_relative_to_the_event_loop():
-    rows = [{"shape": "4096x4096", "method": m, "us": us}
-            for m, us in [("read-flush event loop", 15.0), ("read-flush event loop", 15.2),
-                          ("do_bench stock", 18.8), ("do_bench stock", 19.0)]]
+    rows = [
+        {"shape": "4096x4096", "method": m, "us": us}
+        for m, us in [
+            ("read-flush event loop", 15.0),
+            ("read-flush event loop", 15.2),
+            ("do_bench stock", 18.8),
+            ("do_bench stock", 19.0),
+        ]
+    ]
     summary = methods.summarise(rows)["4096x4096"]
     assert summary["do_bench stock"]["median"] == pytest.approx(18.9)
     assert summary["do_bench stock"]["vs_event_loop"] == pytest.approx(18.9 / 15.1)
@@ -64,7 +74,7 @@ def test_writeback_cuts_ncu_kernels_into_cases():
     probe = "void at::native::reduce_kernel<512, 1, ReduceOp<float>>"
     kernels = []
     for case in range(2):
-        for rep in range(3):
+        for _ in range(3):
             kernels += [(gemm, {"w": case}), (reduce_, {"w": 0.0})]
         kernels += [(probe, {"w": 10.0 * case})] * 3
     cases = writeback.split_cases(kernels, ["a", "b"], [0, 8], 3)
@@ -84,20 +94,36 @@ def test_int8_gemv_matches_a_float64_reference_on_cpu():
         "for c in (configs()[0], configs()[-1]):\n"
         "    print(layer.error(c))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     errors = [float(x) for x in out.stdout.split()]
     assert len(errors) == 2 and all(e < 1e-2 for e in errors), errors
 
 
 def test_cli_names_the_valid_studies():
-    out = subprocess.run([sys.executable, "-m", "benchmarks", "all", "--skip", "bogus"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "all", "--skip", "bogus"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "writeback, methods, cost, latency, autotune" in out.stderr and "bogus" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "benchmarks", "methods", "--shapes", "4096by4096"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "methods", "--shapes", "4096by4096"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "4096x4096" in out.stderr
 
 
@@ -105,10 +131,18 @@ def test_controls_summary_counts_wrong_verdicts():
     from benchmarks.controls_summary import summary
 
     def record(control_result):
-        return {"verdict": {"candidates": {
-            "write-read": {"result": "PASS", "margin": 0.4},
-            "control: stock write": {"result": control_result, "margin": -0.6 if control_result == "FAIL" else 0.1},
-        }}, "ncu": {"write-read": 0.02, "control: stock write": 11.0}}
+        return {
+            "verdict": {
+                "candidates": {
+                    "write-read": {"result": "PASS", "margin": 0.4},
+                    "control: stock write": {
+                        "result": control_result,
+                        "margin": -0.6 if control_result == "FAIL" else 0.1,
+                    },
+                }
+            },
+            "ncu": {"write-read": 0.02, "control: stock write": 11.0},
+        }
 
     text = summary([record("FAIL"), record("PASS")])
     assert "1 wrong verdicts of 4" in text and "run 2: control: stock write judged PASS" in text

@@ -23,8 +23,9 @@ def triton_version():
 def cli(args, env=None, extra=()):
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
     child_env.update(env or {})
-    return subprocess.run([sys.executable, *extra, "-m", "cleanflush", *args], env=child_env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, *extra, "-m", "cleanflush", *args], env=child_env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_status_says_what_a_program_started_here_gets():
@@ -38,11 +39,14 @@ def test_status_says_what_a_program_started_here_gets():
     assert row.split()[1:3] == [triton_version(), "patched"]
 
 
-@pytest.mark.parametrize("value, says", [
-    ("1", "flushes with write-read"),
-    ("read", "flushes with read"),
-    ("0", "off, even for programs that import cleanflush"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("1", "flushes with write-read"),
+        ("read", "flushes with read"),
+        ("0", "off, even for programs that import cleanflush"),
+    ],
+)
 def test_status_reads_the_shell_variable_not_its_own_import(value, says):
     out = cli(["status", "--json"], {"CLEANFLUSH": value})
     data = json.loads(out.stdout)
@@ -75,7 +79,8 @@ def test_status_check_exit_codes(tmp_path):
     # nothing to patch at all: a CI gate must see it
     broken = run_python(
         "import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
-        "from cleanflush.__main__ import main; sys.exit(main(['status', '--check']))")
+        "from cleanflush.__main__ import main; sys.exit(main(['status', '--check']))"
+    )
     assert broken.returncode == 1 and "triton.testing: failed: installed, but the import failed" in broken.stdout
 
 
@@ -109,10 +114,12 @@ def test_run_validates_the_policy_before_starting():
 
 def test_run_starts_the_command_patched_with_the_policy(tmp_path):
     report = tmp_path / "r.jsonl"
-    code = ("import os, torch, triton, cleanflush\n"
-            "d = object.__new__(triton.backends.backends['nvidia'].driver)\n"
-            "d.clear_cache(torch.zeros(16, dtype=torch.int32))\n"
-            "print(os.environ['CLEANFLUSH'], cleanflush.current_policy()); raise SystemExit(7)")
+    code = (
+        "import os, torch, triton, cleanflush\n"
+        "d = object.__new__(triton.backends.backends['nvidia'].driver)\n"
+        "d.clear_cache(torch.zeros(16, dtype=torch.int32))\n"
+        "print(os.environ['CLEANFLUSH'], cleanflush.current_policy()); raise SystemExit(7)"
+    )
     out = cli(["run", "--policy", "Read", "--report", str(report), "--", sys.executable, "-c", code])
     assert out.returncode == 7, out.stderr  # the command's own exit code
     assert out.stdout.split() == ["read", "read"]
@@ -154,8 +161,10 @@ def test_report_file_records_each_process_that_flushed(tmp_path):
     """
     pids = []
     for value in ("read", "0"):
-        child = run_python(code + "print(os.getpid())", {"CLEANFLUSH": value, "CLEANFLUSH_REPORT": str(report),
-                                                          "CUDA_VISIBLE_DEVICES": "3"})
+        child = run_python(
+            code + "print(os.getpid())",
+            {"CLEANFLUSH": value, "CLEANFLUSH_REPORT": str(report), "CUDA_VISIBLE_DEVICES": "3"},
+        )
         assert child.returncode == 0, child.stderr
         pids.append(int(child.stdout.split()[-1]))
     lines = [json.loads(line) for line in report.read_text().splitlines()]
@@ -167,8 +176,17 @@ def test_report_file_records_each_process_that_flushed(tmp_path):
     assert line["argv"] == ["-c"] and line["cuda_visible_devices"] == "3"
     assert "triton.backends.nvidia.driver.CudaDriver.clear_cache" in line["patched"]
     assert line["patched"] == sorted(line["patched"])
-    assert set(line) == {"pid", "ppid", "argv", "source", "env_at_start", "default_policy", "cuda_visible_devices",
-                         "flushes", "patched"}
+    assert set(line) == {
+        "pid",
+        "ppid",
+        "argv",
+        "source",
+        "env_at_start",
+        "default_policy",
+        "cuda_visible_devices",
+        "flushes",
+        "patched",
+    }
 
 
 def test_an_unwritable_report_says_why_on_stderr(tmp_path):
@@ -196,8 +214,9 @@ def test_status_and_verify_without_torch_or_triton():
     env = {k: v for k, v in os.environ.items() if k != "CLEANFLUSH"}
 
     def run(*args):
-        return subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *args], capture_output=True, text=True,
-                              timeout=120, env=env)
+        return subprocess.run(
+            [sys.executable, "-c", WITHOUT_TORCH, *args], capture_output=True, text=True, timeout=120, env=env
+        )
 
     status = run("status")
     assert status.returncode == 0, status.stderr

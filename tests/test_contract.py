@@ -68,27 +68,47 @@ TRITON = """
 """
 SPECS = {
     "triton": Spec(("triton.testing",), TRITON, "triton"),
-    "inductor": Spec(("torch._inductor.runtime.benchmarking", "torch._inductor.utils"), attributes(
-        "torch._inductor.runtime.benchmarking:InductorBenchmarker.benchmark_gpu",
-        "torch._inductor.runtime.benchmarking:InductorBenchmarker.get_event_pairs",
-        "torch._inductor.runtime.benchmarking:TorchProfilerBenchmarker.benchmark_gpu",
-        "torch._inductor.utils:_do_bench_using_profiling",
-        "torch.autograd.profiler:record_function.__enter__"), "torch"),
-    "tritonbench": Spec(("tritonbench.components.do_bench.run",),
-                        attributes("tritonbench.components.do_bench.run:_is_cache_clear_kernel")),
-    "tilelang": Spec(("tilelang.profiler.bench",), attributes(
-        *(f"tilelang.profiler.bench:_bench_with_{kind}" for kind in ("cuda_events", "cupti", "cudagraph"))),
-        "tilelang", (HARNESS,)),
-    "flashinfer": Spec(("flashinfer.testing",), attributes(
-        *(f"{module}:{name}" for module in ("flashinfer.testing.utils", "flashinfer.testing")
-          for name in ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti"))),
-        "flashinfer", (HARNESS,)),
-    "deep-gemm": Spec(("deep_gemm.testing",), attributes("deep_gemm.testing.bench:bench_kineto",
-                                                          "deep_gemm.testing:bench_kineto")),
+    "inductor": Spec(
+        ("torch._inductor.runtime.benchmarking", "torch._inductor.utils"),
+        attributes(
+            "torch._inductor.runtime.benchmarking:InductorBenchmarker.benchmark_gpu",
+            "torch._inductor.runtime.benchmarking:InductorBenchmarker.get_event_pairs",
+            "torch._inductor.runtime.benchmarking:TorchProfilerBenchmarker.benchmark_gpu",
+            "torch._inductor.utils:_do_bench_using_profiling",
+            "torch.autograd.profiler:record_function.__enter__",
+        ),
+        "torch",
+    ),
+    "tritonbench": Spec(
+        ("tritonbench.components.do_bench.run",),
+        attributes("tritonbench.components.do_bench.run:_is_cache_clear_kernel"),
+    ),
+    "tilelang": Spec(
+        ("tilelang.profiler.bench",),
+        attributes(*(f"tilelang.profiler.bench:_bench_with_{kind}" for kind in ("cuda_events", "cupti", "cudagraph"))),
+        "tilelang",
+        (HARNESS,),
+    ),
+    "flashinfer": Spec(
+        ("flashinfer.testing",),
+        attributes(
+            *(
+                f"{module}:{name}"
+                for module in ("flashinfer.testing.utils", "flashinfer.testing")
+                for name in ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti")
+            )
+        ),
+        "flashinfer",
+        (HARNESS,),
+    ),
+    "deep-gemm": Spec(
+        ("deep_gemm.testing",), attributes("deep_gemm.testing.bench:bench_kineto", "deep_gemm.testing:bench_kineto")
+    ),
     "sglang": Spec(("sglang.srt.bench_utils",), attributes("sglang.srt.bench_utils:bench_kineto")),
     "kernelbench": Spec(("kernelbench.timing",), attributes("kernelbench.timing:clear_l2_cache")),
-    "sol-execbench": Spec(("sol_execbench.core.bench.timing",),
-                          attributes("sol_execbench.core.bench.timing:_clear_cache")),
+    "sol-execbench": Spec(
+        ("sol_execbench.core.bench.timing",), attributes("sol_execbench.core.bench.timing:_clear_cache")
+    ),
     "deep-ep": Spec(("deep_ep.utils.testing",), attributes("deep_ep.utils.testing:flush_l2_cache")),
 }
 
@@ -119,8 +139,12 @@ def child(tmp_path, name, body, env=None):
     if spec.package:
         pytest.importorskip(spec.package)
     write_stand_ins(tmp_path, standins.ALL)
-    code = PRELUDE.format(name=name, modules=spec.modules, points=spec.points.strip("\n")).replace(
-        "STAND_INS", repr(str(tmp_path))) + body
+    code = (
+        PRELUDE.format(name=name, modules=spec.modules, points=spec.points.strip("\n")).replace(
+            "STAND_INS", repr(str(tmp_path))
+        )
+        + body
+    )
     # warnings are errors, but the harness packages' own deprecations are not ours to fix
     out = run_python(code, env, args=("-W", "error", "-W", "ignore::DeprecationWarning"))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -229,6 +253,9 @@ print(json.dumps({"before": before, "loaded": any(m in sys.modules for m in MODU
 def test_status_before_the_import(tmp_path, name):
     out, _ = child(tmp_path, name, BEFORE)
     target = _registry.BY_NAME[name]
-    expected = ("pending", "not imported yet; patched when it is") if SPECS[name].package else (
-        "absent", f"{target.distributions[0]} is not installed")  # the stand-ins are not installed packages
+    expected = (
+        ("pending", "not imported yet; patched when it is")
+        if SPECS[name].package
+        else ("absent", f"{target.distributions[0]} is not installed")
+    )  # the stand-ins are not installed packages
     assert out["before"] == [[target.title, *expected]]

@@ -48,7 +48,8 @@ def test_an_unknown_disabled_name_is_named_and_the_valid_ones_still_apply():
     disabled = _env.parse_disabled("triton,tritn,inductr", ("triton", "inductor"))
     assert disabled.names == frozenset({"triton"}) and disabled.unknown == ("inductr", "tritn")
     assert disabled.problem(("triton", "inductor")) == (
-        "CLEANFLUSH_DISABLE names unknown targets inductr, tritn (ignored); valid targets: triton, inductor")
+        "CLEANFLUSH_DISABLE names unknown targets inductr, tritn (ignored); valid targets: triton, inductor"
+    )
     assert _env.parse_disabled("triton", ("triton",)).problem(("triton",)) is None
 
 

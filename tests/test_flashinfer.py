@@ -14,7 +14,6 @@ import threading
 
 import pytest
 import torch
-import wrapt
 
 import cleanflush
 from cleanflush import _flush
@@ -62,8 +61,9 @@ def flush_ops(rec):
     return [name for name in rec.names if name in ("zero_", "sum", "neg")]
 
 
-@pytest.mark.parametrize("policy, per_call", [("write-read", ["zero_", "sum"]), ("read", ["sum"]),
-                                              ("write", ["zero_"])])
+@pytest.mark.parametrize(
+    "policy, per_call", [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]
+)
 def test_the_event_timer_flushes_its_own_buffer_under_each_policy(cpu_timer, policy, per_call):
     rec = run(utils.bench_gpu_time_with_cuda_event, policy)
     assert flush_ops(rec) == ["neg"] + (per_call + ["neg"]) * FLUSHES
@@ -77,8 +77,9 @@ def test_the_event_timer_flushes_its_own_buffer_under_each_policy(cpu_timer, pol
 
 def test_the_deprecated_arguments_are_honoured(cpu_timer):
     with pytest.warns(DeprecationWarning):
-        rec = run(utils.bench_gpu_time_with_cuda_event, "write-read",
-                  l2_flush=True, l2_flush_size_mb=1, l2_flush_device="cpu")
+        rec = run(
+            utils.bench_gpu_time_with_cuda_event, "write-read", l2_flush=True, l2_flush_size_mb=1, l2_flush_device="cpu"
+        )
     assert flush_ops(rec) == ["neg"] + ["zero_", "sum", "neg"] * FLUSHES
     with pytest.warns(DeprecationWarning):
         rec = run(utils.bench_gpu_time_with_cuda_event, "write-read", l2_flush=False)
@@ -134,7 +135,9 @@ def test_re_exports_in_either_import_order(first):
     """``flashinfer.testing`` copies the names from ``utils`` at import: after our hook (a
     copy of our wrapper, put back on uninstall) or before install (wrapped in place)."""
     imports = ["import cleanflush", "import flashinfer.testing as t, flashinfer.testing.utils as u"]
-    child = run_python("\n".join(imports if first == "cleanflush" else imports[::-1]) + """
+    child = run_python(
+        "\n".join(imports if first == "cleanflush" else imports[::-1])
+        + """
         names = ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti")
         stock = [getattr(u, n).__wrapped__ for n in names]
         print(all(getattr(t, n).__wrapped__ is s for n, s in zip(names, stock)))
@@ -142,14 +145,17 @@ def test_re_exports_in_either_import_order(first):
         print(all(getattr(t, n) is s and getattr(u, n) is s for n, s in zip(names, stock)))
         cleanflush.install()
         print(all(getattr(t, n).__wrapped__ is s for n, s in zip(names, stock)))
-    """.replace("\n        ", "\n"))
+    """.replace("\n        ", "\n")
+    )
     assert child.stdout.split() == ["True", "True", "True"], child.stderr
 
 
 def test_status_rows():
     rows = {r.target: r for r in cleanflush.status() if r.name == "flashinfer"}
-    assert sorted(rows) == [f"{patch.MODULE}.{name}" for name in
-                            ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti", "bench_kineto")]
+    assert sorted(rows) == [
+        f"{patch.MODULE}.{name}"
+        for name in ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti", "bench_kineto")
+    ]
     assert all(r.patched and r.version == "0.7.4" for r in rows.values())
 
 
@@ -183,8 +189,7 @@ def kineto_on_cpu(monkeypatch):
 def kineto_ops(policy, **kwargs):
     x = torch.ones(8)
     with cleanflush.policy(policy), OpRecorder() as rec, SmallCudaWrites():
-        assert utils.bench_kineto(lambda: torch.neg(x), kwargs.pop("kernel_names", "nvjet"),
-                                  num_tests=3, **kwargs) == 1
+        assert utils.bench_kineto(lambda: torch.neg(x), kwargs.pop("kernel_names", "nvjet"), num_tests=3, **kwargs) == 1
     return [name for name in rec.names if name in ("empty", "zero_", "sum", "neg")]
 
 
@@ -235,9 +240,12 @@ def test_a_version_without_the_timers_says_so(monkeypatch):
     module = types.ModuleType(patch.MODULE)
     monkeypatch.setitem(sys.modules, patch.MODULE, module)
     assert patch.apply() == [
-        *(Site(f"{patch.MODULE}.{name}", "unsupported", f"{patch.MODULE} has no function {name}; stock flush kept")
-          for name in patch.TIMERS),
-        Site(f"{patch.MODULE}.bench_kineto", "unsupported", f"{patch.MODULE} has no bench_kineto; stock flush kept")]
+        *(
+            Site(f"{patch.MODULE}.{name}", "unsupported", f"{patch.MODULE} has no function {name}; stock flush kept")
+            for name in patch.TIMERS
+        ),
+        Site(f"{patch.MODULE}.bench_kineto", "unsupported", f"{patch.MODULE} has no bench_kineto; stock flush kept"),
+    ]
 
 
 def test_a_match_that_raises_hands_out_nothing():
@@ -283,12 +291,15 @@ def test_a_torch_empty_replaced_during_a_wait_is_left_in_place(monkeypatch):
 def test_the_autoload_patches_flashinfer_bench_style_imports_in_a_child():
     """flashinfer-bench runs each solution in a spawned child and imports the CUPTI timer
     by name from flashinfer.testing: CLEANFLUSH=1 alone must reach it there."""
-    child = run_python("""
+    child = run_python(
+        """
         import torch
         from flashinfer.testing import bench_gpu_time_with_cupti
         import sys
         print(type(bench_gpu_time_with_cupti).__name__, "cleanflush" in sys.modules)
-    """, env={"CLEANFLUSH": "1"})
+    """,
+        env={"CLEANFLUSH": "1"},
+    )
     assert child.stdout.split() == ["FunctionWrapper", "True"], child.stderr
 
 
@@ -313,16 +324,19 @@ def test_a_reinstall_patches_the_timers_and_their_re_exports_again(cpu_timer):
     assert cleanflush.flush_counts() == {("flashinfer", "write-read"): 2 * FLUSHES}
     detail = "its local flush buffer zeroes through the flush; checked against flashinfer-python 0.7.4"
     rows = [r for r in cleanflush.status() if r.name == "flashinfer" and r.target.endswith(patch.TIMERS)]
-    assert rows == [cleanflush.TargetStatus("flashinfer", f"{patch.MODULE}.{name}", "0.7.4", "patched", detail)
-                    for name in patch.TIMERS]
+    assert rows == [
+        cleanflush.TargetStatus("flashinfer", f"{patch.MODULE}.{name}", "0.7.4", "patched", detail)
+        for name in patch.TIMERS
+    ]
 
 
 def test_a_timer_whose_signature_lost_its_flush_argument_runs_stock_and_says_so():
     """Negative control: a later FlashInfer that renamed ``cold_l2_cache``."""
     import wrapt as _wrapt
 
-    def bench_gpu_time_with_cuda_event(fn, repeat_iters=None, l2_flush=None, l2_flush_size_mb=None,
-                                       l2_flush_device=None, cold_cache=True):
+    def bench_gpu_time_with_cuda_event(
+        fn, repeat_iters=None, l2_flush=None, l2_flush_size_mb=None, l2_flush_device=None, cold_cache=True
+    ):
         fn()
         return [1.0]
 
@@ -330,5 +344,7 @@ def test_a_timer_whose_signature_lost_its_flush_argument_runs_stock_and_says_so(
     with pytest.warns(RuntimeWarning, match="its signature has no 'cold_l2_cache' argument; its stock flush runs"):
         assert timer(lambda: None) == [1.0]
     row = {r.target: r for r in cleanflush.status()}[f"{patch.MODULE}.bench_gpu_time_with_cuda_event"]
-    assert (row.state, row.detail) == ("unsupported", "its signature has no 'cold_l2_cache' argument; its stock "
-                                                      "flush ran")
+    assert (row.state, row.detail) == (
+        "unsupported",
+        "its signature has no 'cold_l2_cache' argument; its stock flush ran",
+    )

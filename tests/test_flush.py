@@ -96,11 +96,14 @@ def fake_l2(monkeypatch):
     return set_l2
 
 
-@pytest.mark.parametrize("policy, written, expected", [
-    ("write-read", 16 * MiB, 240 * MiB),  # keeps the GPU busy as long as the stock 256 MiB
-    ("write-read", 128 * MiB, 200 * MiB),  # 2 x L2 after a large write
-    ("read", 16 * MiB, 256 * MiB),  # nothing written: all of it
-])
+@pytest.mark.parametrize(
+    "policy, written, expected",
+    [
+        ("write-read", 16 * MiB, 240 * MiB),  # keeps the GPU busy as long as the stock 256 MiB
+        ("write-read", 128 * MiB, 200 * MiB),  # 2 x L2 after a large write
+        ("read", 16 * MiB, 256 * MiB),  # nothing written: all of it
+    ],
+)
 def test_the_read_covers_what_the_l2_and_the_write_ask_for(fake_l2, policy, written, expected):
     fake_l2(100 * MiB)
     cache = torch.empty(written // 4, dtype=torch.int32)
@@ -220,7 +223,7 @@ def test_read_runs_the_sweep_when_there_is_one(monkeypatch):
     with OpRecorder() as rec:
         _flush.read(device, 64 * MiB)
     assert rec.names == []  # not torch's sum
-    (data, out), = calls
+    ((data, out),) = calls
     assert data.data_ptr() == entry.buffer.data_ptr() and data.numel() * 4 == 64 * MiB and out is entry.sink
 
 
@@ -240,7 +243,9 @@ def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
     assert [str(w.message) for w in caught] == [
         f"cleanflush: the read kernel cleanflush_l2_sweep could not be built on cuda:{i} (RuntimeError: PTX too "
         "new); the read runs as torch's sum, which timers that pick kernels by name can mistake for the kernel "
-        "under test" for i in (0, 1)]
+        "under test"
+        for i in (0, 1)
+    ]
     row = {r.target: r for r in cleanflush.status()}["read kernel on cuda:0"]
     assert not row.patched and "RuntimeError: PTX too new" in row.detail and "more lines" not in row.detail
     assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cpu")), None) is None  # CPU: the sum
@@ -346,12 +351,14 @@ def test_a_buffer_that_cannot_be_made_is_said_and_not_tried_again(monkeypatch):
 
     monkeypatch.setattr(_flush, "_allocate_outside_pools", no_memory)
     for _ in range(2):
-        with pytest.raises(_flush.ReadUnavailable,
-                           match=r"^the read buffer could not be allocated \(CUDA out of memory\)$"):
+        with pytest.raises(
+            _flush.ReadUnavailable, match=r"^the read buffer could not be allocated \(CUDA out of memory\)$"
+        ):
             _flush.prepare(torch.device("cpu"))
     assert calls == [256 * MiB // 4]  # tried once
     assert cleanflush._state.STATE.read_unavailable == {
-        "cpu": "the read buffer could not be allocated (CUDA out of memory)"}
+        "cpu": "the read buffer could not be allocated (CUDA out of memory)"
+    }
 
 
 def test_the_sweep_is_built_for_the_buffer_and_its_device(monkeypatch):
@@ -392,11 +399,14 @@ def test_an_unexpected_cache_object_keeps_the_stock_flush_and_says_so_per_target
     ran = []
     with pytest.warns(RuntimeWarning) as caught:
         for target in ("a", "a", "b"):
-            assert _flush.flush("not a tensor", lambda: ran.append(target) or "stock result", target) == "stock result"
+            stock = lambda target=target: ran.append(target) or "stock result"  # noqa: E731
+            assert _flush.flush("not a tensor", stock, target) == "stock result"
     assert ran == ["a", "a", "b"]
     assert [str(w.message) for w in caught] == [
         f"cleanflush: {t}: it flushed an unexpected cache object ('str' object has no attribute 'device'); "
-        "its stock flush runs" for t in ("a", "b")]
+        "its stock flush runs"
+        for t in ("a", "b")
+    ]
     assert cleanflush.flush_counts() == {("a", "write"): 2, ("b", "write"): 1}
 
 
@@ -426,7 +436,9 @@ def test_each_target_says_its_own_failed_read(monkeypatch):
             _flush.flush(cache, cache.zero_, target)
     assert [str(w.message) for w in caught] == [
         f"cleanflush: the clean read could not run in {t} on cpu (no memory); these flushes fall back to the "
-        "stock write" for t in ("one", "two")]
+        "stock write"
+        for t in ("one", "two")
+    ]
 
 
 def test_a_flushing_tensor_flushes_under_its_own_target_and_is_the_same_storage():

@@ -13,7 +13,6 @@ import sys
 
 import pytest
 import torch
-import wrapt
 
 import cleanflush
 from cleanflush import _flush
@@ -22,12 +21,17 @@ from .conftest import run_python, write_stand_ins
 from .ops import OpRecorder, overlaps
 from .standins import MODULE_FUNCTIONS
 
-MODULES = {"kernelbench": "kernelbench.timing", "sol-execbench": "sol_execbench.core.bench.timing",
-           "deep-ep": "deep_ep.utils.testing"}
+MODULES = {
+    "kernelbench": "kernelbench.timing",
+    "sol-execbench": "sol_execbench.core.bench.timing",
+    "deep-ep": "deep_ep.utils.testing",
+}
 FUNCTIONS = {"kernelbench": "clear_l2_cache", "sol-execbench": "_clear_cache", "deep-ep": "flush_l2_cache"}
-BENCH = {"kernelbench": lambda m, fn: m.time_execution_with_cuda_event(fn, (), device="cpu"),
-         "sol-execbench": lambda m, fn: m.bench_time_with_cuda_events(fn, device="cpu"),
-         "deep-ep": lambda m, fn: m.bench(fn)}
+BENCH = {
+    "kernelbench": lambda m, fn: m.time_execution_with_cuda_event(fn, (), device="cpu"),
+    "sol-execbench": lambda m, fn: m.bench_time_with_cuda_events(fn, device="cpu"),
+    "deep-ep": lambda m, fn: m.bench(fn),
+}
 STOCK_OPS = {"kernelbench": ["empty", "fill_"], "sol-execbench": ["zero_"], "deep-ep": ["empty", "zero_"]}
 SETUP_OPS = {"sol-execbench": ["empty"]}  # its cache, allocated once before the loop
 
@@ -92,7 +96,8 @@ def test_a_spawned_evaluator_is_patched_by_the_autoload(stand_ins):
         import cleanflush
         print(sorted(cleanflush.flush_counts().items()))
         """,
-        {"CLEANFLUSH": "1"})
+        {"CLEANFLUSH": "1"},
+    )
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "[(('kernelbench', 'write-read'), 3), (('sol-execbench', 'write-read'), 3)]"
 
@@ -117,9 +122,10 @@ def rows_of(harness):
     return [(r.target, r.state, r.detail) for r in cleanflush.status() if r.name == harness]
 
 
-@pytest.mark.parametrize("harness, commit", [("kernelbench", "KernelBench 0de4ce8"),
-                                             ("sol-execbench", "SOL-ExecBench 2f55c0f"),
-                                             ("deep-ep", "DeepEP 855fa9d")])
+@pytest.mark.parametrize(
+    "harness, commit",
+    [("kernelbench", "KernelBench 0de4ce8"), ("sol-execbench", "SOL-ExecBench 2f55c0f"), ("deep-ep", "DeepEP 855fa9d")],
+)
 def test_status_rows_name_the_commit_and_a_version_without_the_function(stand_ins, harness, commit):
     target = f"{MODULES[harness]}.{FUNCTIONS[harness]}"
     patched = f"the flush its benchmarks call; checked against {commit}'s layout"
@@ -128,8 +134,11 @@ def test_status_rows_name_the_commit_and_a_version_without_the_function(stand_in
     stock = vars(module).pop(FUNCTIONS[harness]).__wrapped__
     try:  # a version of the harness without the function: stock, and said
         # the function went away under our wrapper: said once, and uninstall goes on
-        with pytest.warns(RuntimeWarning, match=rf"^cleanflush: {MODULES[harness]}\.{FUNCTIONS[harness]} was "
-                                                r"wrapped again after cleanflush \(or replaced\)"):
+        with pytest.warns(
+            RuntimeWarning,
+            match=rf"^cleanflush: {MODULES[harness]}\.{FUNCTIONS[harness]} was "
+            r"wrapped again after cleanflush \(or replaced\)",
+        ):
             cleanflush.uninstall()
         cleanflush.install()
         gone = f"{MODULES[harness]} has no function {FUNCTIONS[harness]}; stock flush kept"
@@ -151,8 +160,11 @@ def test_keyword_calls_reach_the_stock_function_unchanged(stand_ins):
         sol._clear_cache(cache=cache)
     assert rec.names == ["empty", "fill_", "sum", "empty", "zero_", "sum", "zero_", "sum"]
     assert int(cache.sum()) == 0
-    assert cleanflush.flush_counts() == {("kernelbench", "write-read"): 1, ("deep-ep", "write-read"): 1,
-                                         ("sol-execbench", "write-read"): 1}
+    assert cleanflush.flush_counts() == {
+        ("kernelbench", "write-read"): 1,
+        ("deep-ep", "write-read"): 1,
+        ("sol-execbench", "write-read"): 1,
+    }
     with pytest.raises(TypeError):  # a call the stock function refuses is refused the same way
         sol._clear_cache(cache, "extra")
 
@@ -197,12 +209,14 @@ def test_a_module_function_target_of_its_own(monkeypatch):
         cache.zero_()
 
     module.flush = flush
-    target = ModuleFunction("x-harness", "x_harness.timing", "flush", lambda args, kwargs: (args[0].device, 64),
-                            "checked against nothing")
+    target = ModuleFunction(
+        "x-harness", "x_harness.timing", "flush", lambda args, kwargs: (args[0].device, 64), "checked against nothing"
+    )
     assert target.apply() == []  # not imported: nothing to say
     monkeypatch.setitem(sys.modules, "x_harness.timing", module)
-    assert target.apply() == [Site("x_harness.timing.flush", "patched",
-                                   "the flush its benchmarks call; checked against nothing")]
+    assert target.apply() == [
+        Site("x_harness.timing.flush", "patched", "the flush its benchmarks call; checked against nothing")
+    ]
     try:
         cache = torch.ones(16, dtype=torch.int32)
         _flush.prepare(cache.device)
@@ -251,4 +265,6 @@ def test_a_version_without_the_function_says_so(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "z_harness", pytypes.ModuleType("z_harness"))
     target = ModuleFunction("z-harness", "z_harness", "flush", lambda a, k: None, "checked")
-    assert target.apply() == [Site("z_harness.flush", "unsupported", "z_harness has no function flush; stock flush kept")]
+    assert target.apply() == [
+        Site("z_harness.flush", "unsupported", "z_harness has no function flush; stock flush kept")
+    ]

@@ -27,8 +27,9 @@ def cpu_driver(monkeypatch):
     monkeypatch.setattr(triton.runtime.driver, "_active", object.__new__(CudaDriver))
 
 
-@pytest.mark.parametrize("policy, per_call", [("write-read", ["zero_", "sum"]), ("read", ["sum"]),
-                                              ("write", ["zero_"])])
+@pytest.mark.parametrize(
+    "policy, per_call", [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]
+)
 def test_helions_l2_clearer_flushes_through_the_patched_driver(cpu_driver, policy, per_call):
     with SmallCudaWrites():
         clear = benchmarking._make_l2_cache_clearer()

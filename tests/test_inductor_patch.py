@@ -1,6 +1,5 @@
 """The Inductor patch, against the installed torch's real benchmarker classes on CPU."""
 
-import inspect
 import os
 import subprocess
 import sys
@@ -12,8 +11,8 @@ import torch
 import wrapt
 
 benchmarking = pytest.importorskip("torch._inductor.runtime.benchmarking")
-from torch._inductor import utils as inductor_utils  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
+from torch._inductor import utils as inductor_utils  # noqa: E402
 
 import cleanflush  # noqa: E402
 from cleanflush import _flush, _state  # noqa: E402
@@ -32,7 +31,8 @@ TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:
 # TorchProfilerBenchmarker and utils' named profiler region since 2.13.
 HAS_DEVICE_TYPE = HAS_PROFILER_BENCH = HAS_UTILS_REGION = TORCH >= (2, 13)
 needs_cpu_device_type = pytest.mark.skipif(
-    not HAS_DEVICE_TYPE, reason="benchmark_gpu takes no device_type before torch 2.13: GPU tests only")
+    not HAS_DEVICE_TYPE, reason="benchmark_gpu takes no device_type before torch 2.13: GPU tests only"
+)
 needs_profiled = pytest.mark.skipif(not HAS_PROFILER_BENCH, reason="no profiled benchmarkers before torch 2.13")
 
 
@@ -72,7 +72,7 @@ def test_read_sits_between_the_inline_write_and_each_timed_call():
     assert len(timed) == 5 + 3
     buffer = next(args[0] for name, args, _ in rec.ops if name == "zero_")
     for i in timed:
-        assert names[i - 2:i] == ["zero_", "sum"], names
+        assert names[i - 2 : i] == ["zero_", "sum"], names
         data = rec.ops[i - 1][1][0]
         assert data.dtype == torch.float32 and not overlaps(data, buffer)
     assert names.count("sum") == 8  # nothing added to the memory warm-up or elsewhere
@@ -140,13 +140,14 @@ def test_torch_profiler_benchmarker_reads_before_its_region_opens(monkeypatch, p
     _flush.prepare(torch.device("cpu"))
     with cleanflush.policy(policy), OpRecorder() as rec:
         benchmarking.TorchProfilerBenchmarker().benchmark_gpu(
-            x_plus_one, device_type="cpu", rep=4, estimation_iters=2, memory_warmup_iters=1)
+            x_plus_one, device_type="cpu", rep=4, estimation_iters=2, memory_warmup_iters=1
+        )
     names = rec.names
     # warm-up call; allocation and first zero_; 2 estimation + 1 memory warm-up + 4 profiled
     timed = [i for i, n in enumerate(names) if n == "neg"][1:]
     assert len(timed) == 2 + 4
     for i in timed:
-        assert names[i - 2:i] == ["zero_", "sum"], names
+        assert names[i - 2 : i] == ["zero_", "sum"], names
     assert names.count("sum") == 6  # none added to the memory warm-up
     inside, outside, regions = profiled.reads_inside(benchmarking._CALLABLE_PROFILE_EVENT_NAME)
     assert (inside, outside, regions) == (0, 4, 4)  # never timed as part of the callable
@@ -167,7 +168,7 @@ def test_do_bench_using_profiling_reads_before_its_region_opens(monkeypatch):
     # the profiled loop: zero_, our read, the timed call; the estimation loop is left stock
     assert names.count("sum") == regions
     last = len(names) - 1 - names[::-1].index("sum")
-    assert names[last - 1:last + 2] == ["zero_", "sum", "neg"], names
+    assert names[last - 1 : last + 2] == ["zero_", "sum", "neg"], names
     key = ("torch._inductor.utils._do_bench_using_profiling", "write-read")
     assert cleanflush.flush_counts() == {key: regions}
 
@@ -185,7 +186,8 @@ def test_other_record_function_regions_get_no_read(monkeypatch):
     _flush.prepare(torch.device("cpu"))
     with OpRecorder() as rec:
         benchmarking.TorchProfilerBenchmarker().benchmark_gpu(
-            fn, device_type="cpu", rep=3, estimation_iters=1, memory_warmup_iters=0)
+            fn, device_type="cpu", rep=3, estimation_iters=1, memory_warmup_iters=0
+        )
     assert rec.names.count("sum") == 1 + 3
     assert profiled.reads_inside("some user region")[:2] == (0, 3)
     with OpRecorder() as rec, record_function(benchmarking._CALLABLE_PROFILE_EVENT_NAME):
@@ -229,8 +231,13 @@ def test_unknown_shape_keeps_stock_and_says_why():
         sites = inductor_patch._apply_benchmarking(FakeModule)
     assert "get_event_pairs" not in vars(FakeModule.InductorBenchmarker)
     assert not isinstance(vars(FakeModule.InductorBenchmarker)["benchmark_gpu"], wrapt.FunctionWrapper)
-    assert sites == [_state.Site("InductorBenchmarker.benchmark_gpu", "unsupported",
-                                 "no get_event_pairs/benchmark_gpu on InductorBenchmarker; stock flush kept")]
+    assert sites == [
+        _state.Site(
+            "InductorBenchmarker.benchmark_gpu",
+            "unsupported",
+            "no get_event_pairs/benchmark_gpu on InductorBenchmarker; stock flush kept",
+        )
+    ]
 
 
 PROBE = """
@@ -242,9 +249,11 @@ print(cleanflush.current_policy() if cleanflush.is_installed() else "off")
 
 
 def test_torch_imported_before_cleanflush():
-    child = run_python("import torch._inductor.runtime.benchmarking as b\n"
-                       "import cleanflush\n"
-                       "print(type(vars(b.InductorBenchmarker)['benchmark_gpu']).__name__)")
+    child = run_python(
+        "import torch._inductor.runtime.benchmarking as b\n"
+        "import cleanflush\n"
+        "print(type(vars(b.InductorBenchmarker)['benchmark_gpu']).__name__)"
+    )
     assert child.stdout.split() == ["FunctionWrapper"], child.stderr
 
 
@@ -307,16 +316,24 @@ def rows_recorded(apply, module):
 
 def test_torch_before_2_7_has_no_inductor_benchmarker_and_is_not_news():
     rows, said = rows_recorded(inductor_patch._apply_benchmarking, stand_in(TritonBenchmarker=bench_class()))
-    assert rows == {"InductorBenchmarker.benchmark_gpu": (
-        "unsupported", "not in this torch (added in 2.7); TritonBenchmarker is the default")}
+    assert rows == {
+        "InductorBenchmarker.benchmark_gpu": (
+            "unsupported",
+            "not in this torch (added in 2.7); TritonBenchmarker is the default",
+        )
+    }
     assert said == []
 
 
 def test_torch_2_7_to_2_12_patches_the_inductor_benchmarker_only():
     module = stand_in(InductorBenchmarker=bench_class(), _get_default_gpu_device_type=lambda: "xpu")
     rows, said = rows_recorded(inductor_patch._apply_benchmarking, module)
-    assert rows == {"InductorBenchmarker.benchmark_gpu": (
-        "patched", f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}")}
+    assert rows == {
+        "InductorBenchmarker.benchmark_gpu": (
+            "patched",
+            f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}",
+        )
+    }
     assert said == []
     for name in ("benchmark_gpu", "get_event_pairs"):
         assert isinstance(vars(module.InductorBenchmarker)[name], wrapt.FunctionWrapper)
@@ -329,15 +346,24 @@ def test_torch_2_7_to_2_12_patches_the_inductor_benchmarker_only():
 @pytest.mark.parametrize("hip, written", [(None, None), ("6.2", 256 << 20)])
 def test_the_profiler_benchmarker_and_utils_calls_know_their_write(monkeypatch, hip, written):
     monkeypatch.setattr(torch.version, "hip", hip)
-    module = stand_in(InductorBenchmarker=bench_class(), TorchProfilerBenchmarker=bench_class(),
-                      _CALLABLE_PROFILE_EVENT_NAME="stand-in callable", _get_default_gpu_device_type=lambda: "xpu")
+    module = stand_in(
+        InductorBenchmarker=bench_class(),
+        TorchProfilerBenchmarker=bench_class(),
+        _CALLABLE_PROFILE_EVENT_NAME="stand-in callable",
+        _get_default_gpu_device_type=lambda: "xpu",
+    )
     rows, said = rows_recorded(inductor_patch._apply_benchmarking, module)
     assert rows["TorchProfilerBenchmarker.benchmark_gpu"] == (
-        "patched", f"read after the inline zero_(), outside the profiled 'stand-in callable' region; {READ_NOTE}")
+        "patched",
+        f"read after the inline zero_(), outside the profiled 'stand-in callable' region; {READ_NOTE}",
+    )
     active = module.TorchProfilerBenchmarker().benchmark_gpu(len)
     assert active[:3] == ("TorchProfilerBenchmarker.benchmark_gpu", written, None) and default_of(active) == "xpu"
-    utils = stand_in(_do_bench_using_profiling=lambda fn: inductor_patch._active.get(),
-                     _DO_BENCH_PROFILE_EVENT_NAME="stand-in do_bench", get_gpu_type=lambda: "mtia")
+    utils = stand_in(
+        _do_bench_using_profiling=lambda fn: inductor_patch._active.get(),
+        _DO_BENCH_PROFILE_EVENT_NAME="stand-in do_bench",
+        get_gpu_type=lambda: "mtia",
+    )
     rows_recorded(inductor_patch._apply_utils, utils)
     active = utils._do_bench_using_profiling(len)
     assert active[:3] == ("torch._inductor.utils._do_bench_using_profiling", 256 * 10**6, None)
@@ -347,8 +373,11 @@ def test_the_profiler_benchmarker_and_utils_calls_know_their_write(monkeypatch, 
 @pytest.mark.parametrize("layout", ["no region name", "benchmark_gpu inherited", "no InductorBenchmarker"])
 def test_a_profiler_benchmarker_of_another_layout_is_left_stock_and_said(layout):
     profiler = bench_class()
-    names = {"TorchProfilerBenchmarker": profiler, "_CALLABLE_PROFILE_EVENT_NAME": "_CALLABLE",
-             "InductorBenchmarker": bench_class()}
+    names = {
+        "TorchProfilerBenchmarker": profiler,
+        "_CALLABLE_PROFILE_EVENT_NAME": "_CALLABLE",
+        "InductorBenchmarker": bench_class(),
+    }
     if layout == "no region name":
         del names["_CALLABLE_PROFILE_EVENT_NAME"]
     elif layout == "benchmark_gpu inherited":
@@ -362,18 +391,31 @@ def test_a_profiler_benchmarker_of_another_layout_is_left_stock_and_said(layout)
     assert not isinstance(vars(profiler).get("benchmark_gpu"), wrapt.FunctionWrapper)
 
 
-@pytest.mark.parametrize("layout, row", [
-    ({"do_bench_using_profiling": len}, "torch < 2.10 inlines the flush in do_bench_using_profiling, "
-                                        "which call sites import by name; stock flush kept"),
-    ({"_do_bench_using_profiling": len}, "this torch's _do_bench_using_profiling has no named profiler "
-                                         "region to put the read in front of (torch 2.13 has one); stock flush kept"),
-    ({"_do_bench_using_profiling": len, "do_bench_using_profiling": len},
-     "this torch's _do_bench_using_profiling has no named profiler region to put the read in front "
-     "of (torch 2.13 has one); stock flush kept"),
-    ({"_do_bench_using_profiling": len, "_DO_BENCH_PROFILE_EVENT_NAME": "_DO_BENCH"},
-     f"read after the inline zero_(), outside the profiled region; {READ_NOTE}"),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "layout, row",
+    [
+        (
+            {"do_bench_using_profiling": len},
+            "torch < 2.10 inlines the flush in do_bench_using_profiling, "
+            "which call sites import by name; stock flush kept",
+        ),
+        (
+            {"_do_bench_using_profiling": len},
+            "this torch's _do_bench_using_profiling has no named profiler "
+            "region to put the read in front of (torch 2.13 has one); stock flush kept",
+        ),
+        (
+            {"_do_bench_using_profiling": len, "do_bench_using_profiling": len},
+            "this torch's _do_bench_using_profiling has no named profiler region to put the read in front "
+            "of (torch 2.13 has one); stock flush kept",
+        ),
+        (
+            {"_do_bench_using_profiling": len, "_DO_BENCH_PROFILE_EVENT_NAME": "_DO_BENCH"},
+            f"read after the inline zero_(), outside the profiled region; {READ_NOTE}",
+        ),
+        ({}, None),
+    ],
+)
 def test_each_utils_layout_gets_its_row_and_no_warning(layout, row):
     module = stand_in(**layout)
     rows, said = rows_recorded(inductor_patch._apply_utils, module)
@@ -389,14 +431,20 @@ def test_the_rows_of_this_torch_word_for_word():
     expected = {
         "TritonBenchmarker.benchmark_gpu": ("patched", "flushes through triton.testing.do_bench: patched there"),
         "InductorBenchmarker.benchmark_gpu": (
-            "patched", f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}"),
+            "patched",
+            f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}",
+        ),
     }
     if HAS_PROFILER_BENCH:
         expected["TorchProfilerBenchmarker.benchmark_gpu"] = (
-            "patched", f"read after the inline zero_(), outside the profiled '_CALLABLE' region; {READ_NOTE}")
+            "patched",
+            f"read after the inline zero_(), outside the profiled '_CALLABLE' region; {READ_NOTE}",
+        )
     if HAS_UTILS_REGION:
         expected["torch._inductor.utils._do_bench_using_profiling"] = (
-            "patched", f"read after the inline zero_(), outside the profiled region; {READ_NOTE}")
+            "patched",
+            f"read after the inline zero_(), outside the profiled region; {READ_NOTE}",
+        )
     assert rows == expected
     assert {r.version for r in cleanflush.status() if r.name == "inductor"} == {torch.__version__}
 
@@ -417,7 +465,8 @@ def test_each_profiled_benchmarker_reads_what_its_write_left(monkeypatch, hip):
     _flush.prepare(torch.device("cpu"))
     with OpRecorder() as rec:
         benchmarking.TorchProfilerBenchmarker().benchmark_gpu(
-            x_plus_one, device_type="cpu", rep=2, estimation_iters=1, memory_warmup_iters=0)
+            x_plus_one, device_type="cpu", rep=2, estimation_iters=1, memory_warmup_iters=0
+        )
     assert read_sizes(rec) == {0 if hip else 256 << 20}
     with OpRecorder() as rec:
         inductor_utils._do_bench_using_profiling(x_plus_one, warmup=1, rep=1, is_vetted_benchmarking=True)
@@ -432,13 +481,15 @@ def test_without_a_device_type_the_read_goes_to_upstreams_default_device(monkeyp
     monkeypatch.setattr(benchmarking, "_get_default_gpu_device_type", lambda: "cpu")
     _flush.prepare(torch.device("cpu"))
     with OpRecorder() as rec:
-        benchmarking.TorchProfilerBenchmarker().benchmark_gpu(x_plus_one, rep=2, estimation_iters=1,
-                                                              memory_warmup_iters=0)
+        benchmarking.TorchProfilerBenchmarker().benchmark_gpu(
+            x_plus_one, rep=2, estimation_iters=1, memory_warmup_iters=0
+        )
     assert rec.names.count("sum") == 1 + 2 and read_sizes(rec) == {256 << 20}
 
 
 # The wrappers themselves, called as wrapt calls them, for what the real benchmarkers of this
 # torch never send: a device object, an index, another device argument, other arguments.
+
 
 def site(device_type=None, default="cpu"):
     module = stand_in(pick=lambda: default)
@@ -457,8 +508,10 @@ def test_no_device_for_the_read_is_said_once_word_for_word(recwarn):
     for _ in range(2):
         assert inductor_patch._device_or_warn(site(), "nosuchdevice") is None
     said = [str(w.message) for w in recwarn]
-    assert said == ["cleanflush: InductorBenchmarker.benchmark_gpu: no device for the read "
-                    "(AttributeError(\"module 'torch' has no attribute 'nosuchdevice'\")); stock flush kept"]
+    assert said == [
+        "cleanflush: InductorBenchmarker.benchmark_gpu: no device for the read "
+        "(AttributeError(\"module 'torch' has no attribute 'nosuchdevice'\")); stock flush kept"
+    ]
 
 
 class Event:
@@ -478,11 +531,14 @@ def pairs_inside(active, stock_pairs, **kwargs):
         inductor_patch._active.reset(token)
 
 
-@pytest.mark.parametrize("active, kwargs", [
-    (site(device_type="nosuchdevice"), {"device_type": "cpu"}),  # the call's own argument wins
-    (site(device_type="cpu", default="nosuchdevice"), {}),  # then the benchmark's
-    (site(), {}),  # then upstream's default
-])
+@pytest.mark.parametrize(
+    "active, kwargs",
+    [
+        (site(device_type="nosuchdevice"), {"device_type": "cpu"}),  # the call's own argument wins
+        (site(device_type="cpu", default="nosuchdevice"), {}),  # then the benchmark's
+        (site(), {}),  # then upstream's default
+    ],
+)
 def test_event_pairs_read_on_the_device_asked_for(active, kwargs):
     start, end = Event(), Event()
     [(proxy, same_end)] = pairs_inside(active, [(start, end)], **kwargs)
@@ -493,14 +549,23 @@ def test_event_pairs_read_on_the_device_asked_for(active, kwargs):
     assert rec.names == ["sum"] and start.recorded == [(("stream",), {"flag": True})]
 
 
-@pytest.mark.parametrize("shape, name", [(lambda s, e: ((s, e),), "tuple"), (lambda s, e: [[s, e]], "list"),
-                                         (lambda s, e: [(s, e, None)], "list"), (lambda s, e: None, "NoneType")])
+@pytest.mark.parametrize(
+    "shape, name",
+    [
+        (lambda s, e: ((s, e),), "tuple"),
+        (lambda s, e: [[s, e]], "list"),
+        (lambda s, e: [(s, e, None)], "list"),
+        (lambda s, e: None, "NoneType"),
+    ],
+)
 def test_event_pairs_of_any_other_shape_pass_through_and_are_said_once(shape, name, recwarn):
     pairs = shape(Event(), Event())
     assert pairs_inside(site(), pairs, device_type="cpu") is pairs
     said = [str(w.message) for w in recwarn]
-    assert said == [f"cleanflush: InductorBenchmarker.benchmark_gpu: get_event_pairs returned {name}, not a list "
-                    "of (start, end) pairs; its stock flush is kept"]
+    assert said == [
+        f"cleanflush: InductorBenchmarker.benchmark_gpu: get_event_pairs returned {name}, not a list "
+        "of (start, end) pairs; its stock flush is kept"
+    ]
 
 
 def test_a_region_without_a_name_and_enters_arguments_pass_through():
@@ -521,11 +586,19 @@ def test_a_region_without_a_name_and_enters_arguments_pass_through():
 def test_the_triton_benchmarker_row_follows_triton():
     from cleanflush import _registry, _targets
 
-    assert inductor_patch.derived() == [_state.Site("TritonBenchmarker.benchmark_gpu", "patched",
-                                                    "flushes through triton.testing.do_bench: patched there")]
+    assert inductor_patch.derived() == [
+        _state.Site(
+            "TritonBenchmarker.benchmark_gpu", "patched", "flushes through triton.testing.do_bench: patched there"
+        )
+    ]
     _targets.revert(_registry.BY_NAME["triton"])
-    assert inductor_patch.derived() == [_state.Site("TritonBenchmarker.benchmark_gpu", "off",
-                                                    "flushes through triton.testing.do_bench: its flush is not patched")]
+    assert inductor_patch.derived() == [
+        _state.Site(
+            "TritonBenchmarker.benchmark_gpu",
+            "off",
+            "flushes through triton.testing.do_bench: its flush is not patched",
+        )
+    ]
 
 
 def test_a_torch_without_the_default_device_function_reads_on_cuda():

@@ -72,7 +72,8 @@ def test_deep_gemm_tests_get_the_patched_name_through_the_star_import(stand_ins)
 
 
 def test_a_fresh_interpreter_with_the_autoload_patches_deep_gemm(stand_ins):
-    child = run_python("""
+    child = run_python(
+        """
         import sys; sys.path.insert(0, %r)
         import torch
         from deep_gemm.testing import bench_kineto
@@ -80,7 +81,10 @@ def test_a_fresh_interpreter_with_the_autoload_patches_deep_gemm(stand_ins):
         print(type(bench_kineto).__name__, bench_kineto is bench.bench_kineto)
         cleanflush.uninstall()  # the star import copied our wrapper: the stock one goes back
         print(sys.modules["deep_gemm.testing"].bench_kineto is bench.bench_kineto is bench_kineto.__wrapped__)
-    """ % str(stand_ins), env={"CLEANFLUSH": "1"})
+    """
+        % str(stand_ins),
+        env={"CLEANFLUSH": "1"},
+    )
     assert child.stdout.split() == ["FunctionWrapper", "True", "True"], child.stderr
 
 
@@ -152,8 +156,13 @@ def test_a_module_without_bench_kineto_says_so(monkeypatch):
 
     module = types.ModuleType("sglang.srt.bench_utils")
     monkeypatch.setitem(sys.modules, "sglang.srt.bench_utils", module)
-    assert sglang.apply() == [Site("sglang.srt.bench_utils.bench_kineto", "unsupported",
-                                   "sglang.srt.bench_utils has no bench_kineto; stock flush kept")]
+    assert sglang.apply() == [
+        Site(
+            "sglang.srt.bench_utils.bench_kineto",
+            "unsupported",
+            "sglang.srt.bench_utils has no bench_kineto; stock flush kept",
+        )
+    ]
 
 
 def test_the_read_after_the_8_gb_write_is_2_l2(stand_ins):
@@ -174,13 +183,16 @@ def test_each_reason_to_run_stock_is_said(stand_ins, monkeypatch):
         monkeypatch.setattr(sglang.TARGET, "device", lambda: torch.device("cuda", 0))
         from cleanflush import _flush
 
-        monkeypatch.setattr(_flush, "prepare", lambda device: _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None))
+        monkeypatch.setattr(
+            _flush, "prepare", lambda device: _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None)
+        )
         bench_kineto(lambda: None, "nvjet", num_tests=1)
     assert [str(w.message) for w in said] == [
         "cleanflush: sglang: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep "
         "would match kernel name 'sweep'; its stock flush runs",
         "cleanflush: sglang: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep is "
-        "unavailable, and torch's sum would be picked by kernel-name filters; its stock flush runs"]
+        "unavailable, and torch's sum would be picked by kernel-name filters; its stock flush runs",
+    ]
 
 
 def test_too_many_arguments_is_the_stock_codes_error(stand_ins):
@@ -201,9 +213,15 @@ def test_rows_of_an_installed_harness(stand_ins, tmp_path, monkeypatch):
         cleanflush.install()
         target = "sglang.srt.bench_utils.bench_kineto"
         rows = [r for r in cleanflush.status() if r.name == "sglang"]
-        assert rows == [cleanflush.TargetStatus(
-            "sglang", target, "0.5.1", "patched",
-            "the read runs between its 8 GB write and each call; checked against SGLang 126a97f's layout")]
+        assert rows == [
+            cleanflush.TargetStatus(
+                "sglang",
+                target,
+                "0.5.1",
+                "patched",
+                "the read runs between its 8 GB write and each call; checked against SGLang 126a97f's layout",
+            )
+        ]
         cleanflush.uninstall()
         cleanflush._state.reset()
         del sys.modules["sglang.srt.bench_utils"]

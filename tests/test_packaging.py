@@ -12,19 +12,28 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_wheel_has_the_autoload_files_at_its_root(tmp_path):
     # Offline machines (the GPU box) have the build backend installed; elsewhere pip fetches it.
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", str(tmp_path),
-                          str(ROOT)], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     wheel = next(tmp_path.glob("cleanflush-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         pth = zf.read("cleanflush.pth").decode()
         metadata = zf.read(next(n for n in names if n.endswith("METADATA"))).decode()
-    assert {"cleanflush.pth", "cleanflush.start", "_cleanflush_boot.py", "cleanflush/__init__.py",
-            "cleanflush/py.typed"} <= names
+    assert {
+        "cleanflush.pth",
+        "cleanflush.start",
+        "_cleanflush_boot.py",
+        "cleanflush/__init__.py",
+        "cleanflush/py.typed",
+    } <= names
     assert not any(n.startswith(("tests/", "benchmarks/", "matrix/")) for n in names)
     # one line, gated on the variable before anything but os is imported
-    assert pth.count("\n") == 1 and pth.startswith("import os; os.environ.get(\"CLEANFLUSH\"")
+    assert pth.count("\n") == 1 and pth.startswith('import os; os.environ.get("CLEANFLUSH"')
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names  # MIT wants it along
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     runtime = [line for line in requires if "extra ==" not in line]

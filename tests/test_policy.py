@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import cleanflush
-from cleanflush import _policy, _state
+from cleanflush import _state
 
 from .conftest import run_python
 
@@ -30,7 +30,9 @@ def test_default_is_the_specified_write_then_read_everywhere():
     assert os.environ["CLEANFLUSH"] == "write-read"
     for env in ({}, {"CLEANFLUSH": "1"}, {"CLEANFLUSH": "on"}):
         assert run_python(CODE_POLICY, env).stdout.strip() == "write-read", env
-    child = run_python("import cleanflush; cleanflush.uninstall(); cleanflush.install(); print(cleanflush.current_policy())")
+    child = run_python(
+        "import cleanflush; cleanflush.uninstall(); cleanflush.install(); print(cleanflush.current_policy())"
+    )
     assert child.stdout.strip() == "write-read", child.stderr
 
 
@@ -74,9 +76,8 @@ def test_blocks_left_out_of_order_leave_the_one_still_open():
 
 
 def test_block_restores_after_exception():
-    with pytest.raises(KeyError):
-        with cleanflush.policy("read"):
-            raise KeyError("boom")
+    with pytest.raises(KeyError), cleanflush.policy("read"):
+        raise KeyError("boom")
     assert cleanflush.current_policy() == "write-read"
     assert os.environ["CLEANFLUSH"] == "write-read"
 
@@ -131,8 +132,13 @@ def test_one_policy_object_shared_by_threads():
     for t in threads:
         t.join()
     assert errors == []
-    assert seen == {"in 0": "write", "in 1": "write", "after 0": "write-read", "after 1": "write-read",
-                    "env after 1": "write"}  # thread 0's block is still open then
+    assert seen == {
+        "in 0": "write",
+        "in 1": "write",
+        "after 0": "write-read",
+        "after 1": "write-read",
+        "env after 1": "write",
+    }  # thread 0's block is still open then
     assert os.environ["CLEANFLUSH"] == "write-read"
 
 
@@ -201,6 +207,7 @@ def test_stress_shared_objects_in_threads_and_tasks():
                     await asyncio.sleep(0)
                     if cleanflush.current_policy() != name:
                         failures.append((name, cleanflush.current_policy()))
+
         await asyncio.gather(*(one(s) for s in range(20)))
 
     threads = [threading.Thread(target=thread, args=(s,)) for s in range(8)]

@@ -50,8 +50,7 @@ print(json.dumps({"zeroed": int(cache.sum()) == 0, "allocations": len(calls),
 
 @pytest.mark.parametrize("policy", ["read", "write-read"])
 def test_failed_read_allocation_under_warnings_as_errors(policy):
-    child = run_python(FAILING_ALLOCATION.replace("POLICY", repr(policy)), {"CLEANFLUSH": "1"},
-                       args=("-W", "error"))
+    child = run_python(FAILING_ALLOCATION.replace("POLICY", repr(policy)), {"CLEANFLUSH": "1"}, args=("-W", "error"))
     assert child.returncode == 0, child.stderr  # nothing raised out of clear_cache
     out = json.loads(child.stdout)
     assert out["zeroed"]  # the stock write ran instead
@@ -75,6 +74,7 @@ def test_warn_once_falls_back_to_stderr_when_warnings_raise(capsys):
 
 
 # BUG-F: unexpected call shapes run the stock code ----------------------------------------
+
 
 def test_clear_cache_without_argument_behaves_as_stock():
     driver = bare_driver()
@@ -156,17 +156,23 @@ def test_event_pairs_of_another_shape_are_passed_through(monkeypatch):
     bench = benchmarking.InductorBenchmarker
     stock = vars(bench)["get_event_pairs"].__wrapped__
     odd = (["s1", "s2"], ["e1", "e2"])
-    monkeypatch.setattr(vars(bench)["get_event_pairs"], "__wrapped__",
-                        lambda self, n, **k: odd if n == 99 else stock(self, n, **k))
+    monkeypatch.setattr(
+        vars(bench)["get_event_pairs"], "__wrapped__", lambda self, n, **k: odd if n == 99 else stock(self, n, **k)
+    )
     seen = []
     _flush.prepare(torch.device("cpu"))
     with pytest.warns(RuntimeWarning, match="not a list of .start, end. pairs"):
-        bench().benchmark_gpu(lambda: seen.append(bench().get_event_pairs(99, device_type="cpu")),
-                              device_type="cpu", benchmark_iters=2, memory_warmup_iters=0)
+        bench().benchmark_gpu(
+            lambda: seen.append(bench().get_event_pairs(99, device_type="cpu")),
+            device_type="cpu",
+            benchmark_iters=2,
+            memory_warmup_iters=0,
+        )
     assert seen and all(result is odd for result in seen)
 
 
 # BUG-H: importlib.reload(cleanflush) writes one report line, not two ----------------------
+
 
 def test_reload_does_not_register_the_report_twice(tmp_path):
     report = tmp_path / "r.jsonl"
@@ -188,6 +194,7 @@ def test_reload_does_not_register_the_report_twice(tmp_path):
 
 
 # BUG-R: the first flushes of 16 threads at once allocate one buffer ----------------------
+
 
 def test_threads_flushing_first_at_once_allocate_one_buffer(monkeypatch):
     real_zeros = torch.zeros
@@ -224,10 +231,13 @@ def test_threads_flushing_first_at_once_allocate_one_buffer(monkeypatch):
 
 # Per-target switch ---------------------------------------------------------------------
 
+
 def test_disable_with_an_unknown_name_names_it_once_and_the_valid_ones_still_apply():
-    child = run_python("import triton  # the user's line: the autoload installs here\nimport triton.testing, cleanflush\n"
-                       "print([r.state for r in cleanflush.status() if r.name == 'triton'])",
-                       {"CLEANFLUSH": "1", "CLEANFLUSH_DISABLE": "foo,triton"})
+    child = run_python(
+        "import triton  # the user's line: the autoload installs here\nimport triton.testing, cleanflush\n"
+        "print([r.state for r in cleanflush.status() if r.name == 'triton'])",
+        {"CLEANFLUSH": "1", "CLEANFLUSH_DISABLE": "foo,triton"},
+    )
     assert child.stdout.strip() == "['disabled']", child.stderr
     lines = [line for line in child.stderr.splitlines() if "CLEANFLUSH_DISABLE" in line]
     assert len(lines) == 1, child.stderr

@@ -57,8 +57,14 @@ def test_status_in_a_program_that_has_not_imported_torch_or_triton():
         """)
     installed, uninstalled = (json.loads(line) for line in child.stdout.splitlines())
     by_name = {r["name"]: r for r in installed}
-    assert by_name["triton"] == {"name": "triton", "target": "triton", "version": triton.__version__,
-                                 "state": "pending", "patched": False, "detail": "not imported yet; patched when it is"}
+    assert by_name["triton"] == {
+        "name": "triton",
+        "target": "triton",
+        "version": triton.__version__,
+        "state": "pending",
+        "patched": False,
+        "detail": "not imported yet; patched when it is",
+    }
     assert by_name["inductor"]["version"] == torch.__version__ and by_name["inductor"]["state"] == "pending"
     assert {r["state"] for r in uninstalled if r["version"]} == {"off"}
     assert {r["detail"] for r in uninstalled if r["version"]} == {"cleanflush is not installed"}
@@ -66,12 +72,15 @@ def test_status_in_a_program_that_has_not_imported_torch_or_triton():
 
 
 def test_off_from_the_environment_says_so_in_every_row():
-    child = run_python("""
+    child = run_python(
+        """
         import json, triton, cleanflush
         print(cleanflush.install(), cleanflush.is_installed(), cleanflush.current_policy())
         print(json.dumps(sorted({(r["state"], r["detail"]) for r in map(cleanflush.TargetStatus.as_dict,
                                                                       cleanflush.status()) if r["version"]})))
-        """, {"CLEANFLUSH": "0"})
+        """,
+        {"CLEANFLUSH": "0"},
+    )
     flags, states = child.stdout.splitlines()
     assert flags == "False False write"  # install() does nothing; the flush is the stock write
     assert json.loads(states) == [["off", "CLEANFLUSH=0: off"]]
@@ -79,8 +88,14 @@ def test_off_from_the_environment_says_so_in_every_row():
 
 def test_row_dicts_carry_every_field_and_the_patched_flag():
     row = rows()[NVIDIA]
-    assert row.as_dict() == {"name": "triton", "target": NVIDIA, "version": triton.__version__, "state": "patched",
-                             "patched": True, "detail": row.detail}
+    assert row.as_dict() == {
+        "name": "triton",
+        "target": NVIDIA,
+        "version": triton.__version__,
+        "state": "patched",
+        "patched": True,
+        "detail": row.detail,
+    }
 
 
 @pytest.mark.parametrize("state", ["pending", "disabled", "unsupported", "failed", "absent", "off"])
@@ -104,7 +119,7 @@ def test_a_foreign_wrapper_does_not_keep_a_dead_patch_alive():
         assert cleanflush.flush_counts() == {("triton", "write-read"): 1}
     finally:
         cleanflush.uninstall()
-        setattr(cls, "clear_cache", ours.__wrapped__)
+        cls.clear_cache = ours.__wrapped__
         cleanflush.install()
 
 

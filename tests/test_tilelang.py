@@ -52,15 +52,17 @@ def test_the_helpers_bench_calls_are_patched_and_restored_exactly():
     assert all(vars(bench)[name].__wrapped__ is stock[name] for name in HELPERS)
     assert not any(isinstance(vars(torch_bench)[name.lstrip("_")], wrapt.FunctionWrapper) for name in HELPERS)
     rows = [r for r in cleanflush.status() if r.name == "tilelang"]
-    assert [(r.target, r.state, r.version) for r in rows] == [("tilelang.profiler.bench._bench_with_*", "patched",
-                                                              "0.1.15")]
+    assert [(r.target, r.state, r.version) for r in rows] == [
+        ("tilelang.profiler.bench._bench_with_*", "patched", "0.1.15")
+    ]
     cleanflush.uninstall()
     assert all(vars(bench)[name] is stock[name] for name in HELPERS)
     assert [r.detail for r in cleanflush.status() if r.name == "tilelang"] == ["uninstalled"]
 
 
-@pytest.mark.parametrize("policy, per_call", [("write-read", ["zero_", "sum"]), ("read", ["sum"]),
-                                              ("write", ["zero_"])])
+@pytest.mark.parametrize(
+    "policy, per_call", [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]
+)
 def test_the_cupti_timer_flushes_inside_the_range_it_subtracts(policy, per_call):
     cache, rec = timed(policy, bench._bench_with_cupti)
     calls = [name for name in rec.names if name in ("zero_", "sum", "neg")]
@@ -115,7 +117,8 @@ def test_a_cache_that_is_not_a_tensor_runs_the_stock_helper():
         wrapper(lambda: None, "not a tensor", n_repeat=1)  # keywords reach the stock code too; said once
     assert calls[0] is str and calls[1].__name__ == "CleanFlushCache" and calls[2] is str
     assert [str(w.message) for w in said] == [
-        "cleanflush: tilelang: helper got no cache tensor (got str); its stock flush runs"]
+        "cleanflush: tilelang: helper got no cache tensor (got str); its stock flush runs"
+    ]
     with pytest.raises(TypeError, match="got an unexpected keyword argument 'bogus'"):
         wrapper(lambda: None, torch.empty(4, dtype=torch.int32), 1, bogus=1)  # the stock code's own error
 
@@ -128,8 +131,15 @@ def test_a_layout_without_the_helpers_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "tilelang.profiler.bench", types.ModuleType("tilelang.profiler.bench"))
     cleanflush.install()
     rows = [(r.target, r.state, r.version, r.detail) for r in cleanflush.status() if r.name == "tilelang"]
-    assert rows == [("tilelang.profiler", "unsupported", "0.1.15", "none of tilelang.profiler.bench, "
-                     "tilelang.profiler._torch_gpu has a timing helper that takes the cache; stock flush kept")]
+    assert rows == [
+        (
+            "tilelang.profiler",
+            "unsupported",
+            "0.1.15",
+            "none of tilelang.profiler.bench, "
+            "tilelang.profiler._torch_gpu has a timing helper that takes the cache; stock flush kept",
+        )
+    ]
     cleanflush.uninstall()
 
 
@@ -147,8 +157,10 @@ def test_the_newer_layout_is_patched_where_it_calls_them(monkeypatch):
     assert all(vars(module)[name].__wrapped__ is getattr(torch_bench, name.lstrip("_")) for name in HELPERS)
     rows = [r for r in cleanflush.status() if r.name == "tilelang"]
     detail = "the cache tensor its _bench_with_cuda_events, _bench_with_cupti, _bench_with_cudagraph zero is the flush"
-    assert rows == [cleanflush.TargetStatus("tilelang", f"{name}._bench_with_*", "0.1.15", "patched", detail)
-                    for name in ("tilelang.profiler.bench", "tilelang.profiler._torch_gpu")]
+    assert rows == [
+        cleanflush.TargetStatus("tilelang", f"{name}._bench_with_*", "0.1.15", "patched", detail)
+        for name in ("tilelang.profiler.bench", "tilelang.profiler._torch_gpu")
+    ]
     cache = torch.empty(1 << 10, dtype=torch.int32)
     with OpRecorder() as rec:  # called by keyword, as a caller may
         module._bench_with_cupti(fn=lambda: None, cache=cache, n_repeat=2)
@@ -169,10 +181,13 @@ def test_nothing_of_tilelang_loaded_is_nothing_to_say(monkeypatch):
 def test_the_autoload_patches_tilelang_in_a_child():
     from .conftest import run_python
 
-    child = run_python("""
+    child = run_python(
+        """
         import tilelang.profiler.bench as bench
         print(type(bench._bench_with_cupti).__name__)
-    """, env={"CLEANFLUSH": "1"})
+    """,
+        env={"CLEANFLUSH": "1"},
+    )
     assert child.stdout.split() == ["FunctionWrapper"], child.stderr
 
 

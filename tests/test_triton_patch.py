@@ -117,7 +117,7 @@ def test_foreign_wrapper_on_top_is_kept_and_ours_disabled():
             bare_driver(cls).clear_cache(cache)
         assert calls == ["theirs"] and rec.names == ["zero_"]
     finally:
-        setattr(cls, "clear_cache", ours.__wrapped__)
+        cls.clear_cache = ours.__wrapped__
 
 
 def test_get_empty_cache_prepares_the_read_buffer(monkeypatch):
@@ -151,8 +151,11 @@ def test_triton_3_2_layout_flushes_through_the_inline_zero():
     original = vars(Triton32Driver)["get_empty_cache_for_benchmark"]
     site = triton_patch.patch_class("fake32", Triton32Driver)
     try:
-        assert site == _state.Site("fake32.get_empty_cache_for_benchmark", "patched",
-                                   "triton 3.2 layout: do_bench's inline zero_() runs the flush")
+        assert site == _state.Site(
+            "fake32.get_empty_cache_for_benchmark",
+            "patched",
+            "triton 3.2 layout: do_bench's inline zero_() runs the flush",
+        )
         driver = Triton32Driver()
         _flush.prepare(torch.device("cpu"))
         for policy, expected in [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]:
@@ -171,16 +174,20 @@ def test_driver_without_flush_methods_is_reported_unsupported():
 
     site = triton_patch.patch_class("fake31", Triton31Driver)
     assert site == _state.Site(
-        "fake31.clear_cache", "unsupported", "this driver has neither clear_cache nor get_empty_cache_for_benchmark "
-        "(triton < 3.2 flushes inline in do_bench); stock flush kept")
+        "fake31.clear_cache",
+        "unsupported",
+        "this driver has neither clear_cache nor get_empty_cache_for_benchmark "
+        "(triton < 3.2 flushes inline in do_bench); stock flush kept",
+    )
     assert "clear_cache" not in vars(Triton31Driver)
 
 
 def test_status_lists_every_driver_class():
     rows = {row.target: row for row in cleanflush.status()}
     for name in ("nvidia", "amd"):
-        label = {"nvidia": "triton.backends.nvidia.driver.CudaDriver",
-                 "amd": "triton.backends.amd.driver.HIPDriver"}[name]
+        label = {"nvidia": "triton.backends.nvidia.driver.CudaDriver", "amd": "triton.backends.amd.driver.HIPDriver"}[
+            name
+        ]
         row = rows[f"{label}.clear_cache"]
         assert row.patched and row.version == triton.__version__
     cleanflush.uninstall()
@@ -209,9 +216,13 @@ def test_registry_copy_of_the_driver_is_patched_too(monkeypatch):
     assert isinstance(vars(importable.CudaDriver)["clear_cache"], wrapt.FunctionWrapper)
     rows = {row.target: row for row in cleanflush.status()}
     assert rows["triton.backends.backends['nvidia'].driver.clear_cache"] == cleanflush.TargetStatus(
-        "triton", "triton.backends.backends['nvidia'].driver.clear_cache", VERSION, "patched",
+        "triton",
+        "triton.backends.backends['nvidia'].driver.clear_cache",
+        VERSION,
+        "patched",
         "do_bench, autotuner and Proton helpers flush through it; harnesses that zero its cache tensor "
-        "directly (tritonbench, Helion) flush through that tensor")
+        "directly (tritonbench, Helion) flush through that tensor",
+    )
     cache = torch.full((16,), 5, dtype=torch.int32)
     _flush.prepare(cache.device)
     with OpRecorder() as rec, cleanflush.policy("write-read"):
@@ -257,14 +268,16 @@ def test_triton_3_2_layout_counts_as_covering_do_bench(monkeypatch):
 # through the bound method they keep: ``clear_cache_fn = cache.zero_``, called before each
 # call, or captured into a CUDA graph; Triton's own do_bench calls clear_cache(cache).
 
+
 def empty_cache_on_cpu(monkeypatch, numel=64):
     cls = registry_drivers()["nvidia"]
     monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.full((numel,), 5, dtype=torch.int32))
     return bare_driver(cls), bare_driver(cls).get_empty_cache_for_benchmark()
 
 
-@pytest.mark.parametrize("policy, expected", [("write-read", ["zero_", "sum"]), ("read", ["sum"]),
-                                              ("write", ["zero_"])])
+@pytest.mark.parametrize(
+    "policy, expected", [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]
+)
 def test_a_harness_that_keeps_cache_zero_flushes_under_the_policy(monkeypatch, policy, expected):
     driver, cache = empty_cache_on_cpu(monkeypatch)
     clear_cache_fn = cache.zero_  # what tritonbench keeps
@@ -316,8 +329,9 @@ def test_a_read_buffer_that_cannot_be_made_still_hands_out_the_flushing_tensor(m
 # triton 3.1.0's python/triton/testing.py do_bench that allocate and zero the buffer (3.0.0
 # differs only in calling torch.cuda where 3.1.0 asks the device interface), with a fixed
 # number of timed calls.  matrix/check.py runs the real 3.0.0 and 3.1.0 functions.
-def do_bench_31(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, fast_flush=True, return_mode="mean",
-                device_type="cuda"):
+def do_bench_31(
+    fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, fast_flush=True, return_mode="mean", device_type="cuda"
+):
     import torch
 
     di = torch._dynamo.device_interface.get_interface_for_device(device_type)
@@ -384,9 +398,14 @@ def test_triton_31_do_bench_flushes_its_local_buffer(triton_31, fast_flush):
 
 
 def test_triton_31_status_and_exact_restore(triton_31):
-    assert [(r.target, r.state, r.version, r.detail) for r in triton_rows()] == [(
-        "triton.testing.do_bench", "patched", VERSION,
-        "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush")]
+    assert [(r.target, r.state, r.version, r.detail) for r in triton_rows()] == [
+        (
+            "triton.testing.do_bench",
+            "patched",
+            VERSION,
+            "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush",
+        )
+    ]
     import torch._inductor.runtime.benchmarking  # noqa: F401  (TritonBenchmarker calls do_bench)
 
     inductor_row = {r.target: r for r in cleanflush.status()}["TritonBenchmarker.benchmark_gpu"]
@@ -414,9 +433,13 @@ def test_the_buffer_match_takes_only_the_two_allocations_of_do_bench():
     fast = torch.empty(int(256e6 // 4), dtype=torch.int)  # fast_flush=True
     slow = torch.empty(int(256e6), dtype=torch.int8)  # fast_flush=False
     assert triton_patch._is_do_bench_buffer(fast) and triton_patch._is_do_bench_buffer(slow)
-    misses = [torch.empty(2, int(256e6 // 8), dtype=torch.int),  # same numel, two dimensions
-              torch.empty(int(256e6 // 4), dtype=torch.int8), torch.empty(int(256e6), dtype=torch.int),
-              torch.empty(int(256e6 // 4) + 1, dtype=torch.int), torch.empty(1024, dtype=torch.int8)]
+    misses = [
+        torch.empty(2, int(256e6 // 8), dtype=torch.int),  # same numel, two dimensions
+        torch.empty(int(256e6 // 4), dtype=torch.int8),
+        torch.empty(int(256e6), dtype=torch.int),
+        torch.empty(int(256e6 // 4) + 1, dtype=torch.int),
+        torch.empty(1024, dtype=torch.int8),
+    ]
     assert [triton_patch._is_do_bench_buffer(t) for t in misses] == [False] * len(misses)
 
 
@@ -432,8 +455,13 @@ def test_a_triton_without_driver_backends_is_reported_as_before_3_0(monkeypatch)
     assert "triton.testing.do_bench" not in [row.target for row in triton_rows()]  # with its backends
     cleanflush.uninstall()
     monkeypatch.delitem(sys.modules, "triton.backends")
-    assert triton_patch.apply() == [_state.Site(
-        "triton.testing.do_bench", "unsupported", "this triton has no driver backends (before 3.0); stock flush kept")]
+    assert triton_patch.apply() == [
+        _state.Site(
+            "triton.testing.do_bench",
+            "unsupported",
+            "this triton has no driver backends (before 3.0); stock flush kept",
+        )
+    ]
     assert all(not isinstance(fn, wrapt.FunctionWrapper) for fn in stock_functions().values())
 
 
@@ -446,8 +474,11 @@ def test_a_do_bench_of_unknown_layout_is_reported_unsupported(triton_31):
     cleanflush.install()
     assert triton_31.do_bench is do_bench
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
-    assert (row.state, row.version, row.detail) == ("unsupported", VERSION, "neither the driver nor "
-                                                    "triton.testing.do_bench has a flush cleanflush knows; stock flush kept")
+    assert (row.state, row.version, row.detail) == (
+        "unsupported",
+        VERSION,
+        "neither the driver nor triton.testing.do_bench has a flush cleanflush knows; stock flush kept",
+    )
 
 
 def test_a_do_bench_that_cannot_be_inspected_is_unsupported(triton_31):
@@ -467,11 +498,15 @@ def test_before_triton_testing_is_imported_the_row_says_when(triton_31, monkeypa
     cleanflush.install()
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
     assert (row.state, row.version, row.detail) == (
-        "pending", VERSION, "triton 3.0-3.1 layout: patched when triton.testing is imported")
+        "pending",
+        VERSION,
+        "triton 3.0-3.1 layout: patched when triton.testing is imported",
+    )
 
 
-@pytest.mark.parametrize("names", [("do_bench_proton",), ("do_bench_proton", "do_bench_cudagraph_proton"),
-                                   ("do_bench_cudagraph_proton",)])
+@pytest.mark.parametrize(
+    "names", [("do_bench_proton",), ("do_bench_proton", "do_bench_cudagraph_proton"), ("do_bench_cudagraph_proton",)]
+)
 def test_protons_helpers_have_a_row_of_their_own(monkeypatch, names):
     """triton 3.8's Proton helpers flush through the driver (the installed triton has none:
     they are set on its triton.testing here)."""
@@ -481,11 +516,19 @@ def test_protons_helpers_have_a_row_of_their_own(monkeypatch, names):
     for name in names:
         monkeypatch.setattr(triton.testing, name, lambda *a, **k: None, raising=False)
     row = [r for r in cleanflush.status() if r.target.startswith("triton.testing.")]
-    assert row == [cleanflush.TargetStatus("triton", "triton.testing." + " / ".join(names), VERSION, "patched",
-                                           "flushes through the driver's clear_cache")]
+    assert row == [
+        cleanflush.TargetStatus(
+            "triton",
+            "triton.testing." + " / ".join(names),
+            VERSION,
+            "patched",
+            "flushes through the driver's clear_cache",
+        )
+    ]
     cleanflush.uninstall()
     assert [(r.state, r.detail) for r in cleanflush.status() if r.target.startswith("triton.testing.")] == [
-        ("off", "the driver is not patched")]
+        ("off", "the driver is not patched")
+    ]
 
 
 def test_protons_row_says_when_the_driver_is_not_patched(triton_31, monkeypatch):
@@ -498,16 +541,24 @@ def test_a_driver_class_under_two_registry_names_is_listed_once_under_the_first(
     import types
 
     driver = registry_drivers()["nvidia"]
-    monkeypatch.setattr(triton.backends, "backends", {
-        "nvidia": types.SimpleNamespace(driver=driver), "alias": types.SimpleNamespace(driver=driver)})
+    monkeypatch.setattr(
+        triton.backends,
+        "backends",
+        {"nvidia": types.SimpleNamespace(driver=driver), "alias": types.SimpleNamespace(driver=driver)},
+    )
     monkeypatch.delitem(sys.modules, "triton.backends.nvidia.driver")
     monkeypatch.delitem(sys.modules, "triton.backends.amd.driver")
     assert triton_patch.driver_classes() == [("triton.backends.backends['nvidia'].driver", driver)]
 
 
-@pytest.mark.parametrize("installed, expected", [({"pytorch-triton": "3.5.0+gitabc"}, "3.5.0+gitabc"),
-                                                 ({"triton": "3.6.0", "pytorch-triton": "3.5.0"}, "3.6.0"),
-                                                 ({}, None)])
+@pytest.mark.parametrize(
+    "installed, expected",
+    [
+        ({"pytorch-triton": "3.5.0+gitabc"}, "3.5.0+gitabc"),
+        ({"triton": "3.6.0", "pytorch-triton": "3.5.0"}, "3.6.0"),
+        ({}, None),
+    ],
+)
 def test_the_version_is_tritons_or_that_of_nightly_torchs_pytorch_triton(monkeypatch, installed, expected):
     def version(dist):
         if dist not in installed:

@@ -30,8 +30,9 @@ def run_module(request, tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     for parent in (tmp_path / "tritonbench", tmp_path / "tritonbench" / "components", folder):
         (parent / "__init__.py").touch()
-    (folder / "run.py").write_text(textwrap.dedent(TRITONBENCH_EXACT if request.param == "exact"
-                                                   else TRITONBENCH_SUBSTRING))
+    (folder / "run.py").write_text(
+        textwrap.dedent(TRITONBENCH_EXACT if request.param == "exact" else TRITONBENCH_SUBSTRING)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module(patch.MODULE)
     cleanflush.uninstall()
@@ -74,7 +75,7 @@ def test_uninstall_restores_the_exact_objects(run_module):
 def test_the_name_stays_a_string_everywhere_else():
     kernel = patch.AlsoTheRead(FILL)
     assert kernel == FILL and kernel == "cleanflush_l2_sweep" and kernel != GEMM
-    assert not (kernel != "cleanflush_l2_sweep") and (GEMM != kernel)
+    assert not (kernel != "cleanflush_l2_sweep") and (kernel != GEMM)  # noqa: SIM202  (__ne__ itself)
     assert hash(kernel) == hash(FILL) and str(kernel) == FILL and kernel != 3
     assert (kernel == 3) is False
 
@@ -84,8 +85,13 @@ def test_a_layout_without_either_name_is_left_stock(monkeypatch):
 
     module = type(sys)(patch.MODULE)
     monkeypatch.setitem(sys.modules, patch.MODULE, module)
-    assert patch.apply() == [Site(patch.TARGET, "unsupported", "no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel "
-                                  "in this tritonbench; its profiler timer counts the read")]
+    assert patch.apply() == [
+        Site(
+            patch.TARGET,
+            "unsupported",
+            "no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel in this tritonbench; its profiler timer counts the read",
+        )
+    ]
 
 
 def test_a_keyword_call_of_the_kernel_filter_reaches_it(run_module):

@@ -28,20 +28,58 @@ def jitter(value, spread=0.1):
     return [value + spread * ((i * 7) % 5 - 2) / 2 for i in range(ROUNDS)]
 
 
-def record(candidates=("write-read",), timed=None, counts=None, policy="write-read", inductor=None,
-           others=(), installed=True, ncu=None, stock=STOCK, targets=None):
+def record(
+    candidates=("write-read",),
+    timed=None,
+    counts=None,
+    policy="write-read",
+    inductor=None,
+    others=(),
+    installed=True,
+    ncu=None,
+    stock=STOCK,
+    targets=None,
+):
     """A record built by the same function `measure` uses; ``timed`` maps each candidate to
     its do_bench time (us), ``counts`` to its flush counts."""
     rec = verdict.new_record(
         kernel={"op": "F.linear, one input row", "n": 4096, "k": 4096, "dtype": "bfloat16", "device": 0},
-        machine={"gpu": "NVIDIA H200", "l2_bytes": 62914560, "driver": "580.159.04", "sm_clock_mhz_before": 345,
-                 "sm_clock_mhz_after": 1980, "warm_up_s": 1.0, "other_processes": list(others), "probe": "nvml"},
+        machine={
+            "gpu": "NVIDIA H200",
+            "l2_bytes": 62914560,
+            "driver": "580.159.04",
+            "sm_clock_mhz_before": 345,
+            "sm_clock_mhz_after": 1980,
+            "warm_up_s": 1.0,
+            "other_processes": list(others),
+            "probe": "nvml",
+        },
         software={"torch": "2.11.0", "triton": "3.6.0", "cleanflush": "0.1.0", "python": "3.12.3"},
-        policy=policy, installed=installed, targets=targets if targets is not None else [
-            {"name": "triton", "target": NVIDIA, "version": "3.6.0", "state": "patched", "patched": True, "detail": "ok"},
-            {"name": "kernelbench", "target": "kernelbench.timing.clear_l2_cache", "version": None, "state": "absent",
-             "patched": False, "detail": "kernelbench is not installed"}],
-        rounds=ROUNDS, candidates=list(candidates))
+        policy=policy,
+        installed=installed,
+        targets=targets
+        if targets is not None
+        else [
+            {
+                "name": "triton",
+                "target": NVIDIA,
+                "version": "3.6.0",
+                "state": "patched",
+                "patched": True,
+                "detail": "ok",
+            },
+            {
+                "name": "kernelbench",
+                "target": "kernelbench.timing.clear_l2_cache",
+                "version": None,
+                "state": "absent",
+                "patched": False,
+                "detail": "kernelbench is not installed",
+            },
+        ],
+        rounds=ROUNDS,
+        candidates=list(candidates),
+    )
     t = rec["timings_us"]
     t["do_bench"]["stock"] = jitter(stock)
     rec["flushes"]["stock"] = {"triton | write": 5000}
@@ -80,8 +118,9 @@ def shape(value):
 
 def per_round_lengths(rec):
     t = rec["timings_us"]
-    lists = [t["rotating_graph"]] + [xs for key in ("do_bench", "reference", "reference_min", "inductor")
-                                     for xs in t[key].values()]
+    lists = [t["rotating_graph"]] + [
+        xs for key in ("do_bench", "reference", "reference_min", "inductor") for xs in t[key].values()
+    ]
     return {len(xs) for xs in lists}
 
 
@@ -120,8 +159,10 @@ CONTROL_RECORDS = {
     "control: stock write": ({"control: stock write": 18.8}, {"control: stock write": {"triton | write": 5000}}),
     "control: read of the zeroed tail": ({"control: read of the zeroed tail": 18.6}, {}),
     "control: read of half the L2": ({"control: read of half the L2": 17.6}, {}),
-    "control: read that falls back": ({"control: read that falls back": 18.9},
-                                      {"control: read that falls back": {"triton | write": 5000}}),
+    "control: read that falls back": (
+        {"control: read that falls back": 18.9},
+        {"control: read that falls back": {"triton | write": 5000}},
+    ),
 }
 
 
@@ -198,8 +239,16 @@ def test_no_penalty_gpu_is_said_not_failed():
 
 
 def test_flush_that_never_ran_fails_naming_the_target_and_why():
-    targets = [{"name": "triton", "target": NVIDIA, "version": "3.1.0", "state": "unsupported", "patched": False,
-                "detail": "unsupported: before triton 3.2 ..."}]
+    targets = [
+        {
+            "name": "triton",
+            "target": NVIDIA,
+            "version": "3.1.0",
+            "state": "unsupported",
+            "patched": False,
+            "detail": "unsupported: before triton 3.2 ...",
+        }
+    ]
     v = verdict.judge(record(counts={"write-read": {}}, targets=targets, timed={"write-read": 18.9}))
     assert v["result"] == "FAIL"
     assert any("no flush ran" in r for r in v["reasons"])
@@ -276,13 +325,16 @@ def test_exit_codes_are_distinct():
     assert len(set(codes)) == 4 and EXIT_USAGE == 2  # argparse's usage code
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--shape", "4096"], "N,K"),
-    (["--shape", "0,4096"], "N,K"),
-    (["--rounds", "0"], "positive"),
-    (["--dtype", "int8"], "invalid choice"),
-    (["--device", "-1"], "device index"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--shape", "4096"], "N,K"),
+        (["--shape", "0,4096"], "N,K"),
+        (["--rounds", "0"], "positive"),
+        (["--dtype", "int8"], "invalid choice"),
+        (["--device", "-1"], "device index"),
+    ],
+)
 def test_bad_arguments_are_one_line_usage_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["verify", *args])
@@ -313,8 +365,9 @@ def test_without_a_gpu_exit_3_with_one_line_and_no_traceback():
     except ImportError:
         pass
     env = {k: v for k, v in os.environ.items() if k != "CLEANFLUSH"}
-    out = subprocess.run([sys.executable, "-m", "cleanflush", "verify"], capture_output=True, text=True,
-                         timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "cleanflush", "verify"], capture_output=True, text=True, timeout=300, env=env
+    )
     assert out.returncode == EXIT_CANNOT_RUN
     assert out.stdout == ""
     lines = [line for line in out.stderr.splitlines() if line.startswith("cleanflush verify")]
@@ -324,6 +377,7 @@ def test_without_a_gpu_exit_3_with_one_line_and_no_traceback():
 
 # The controls themselves, through the real patched driver on CPU tensors: each must be
 # broken in the way it claims, or a FAIL verdict on it would prove nothing.
+
 
 def _clear_cache_under(name, monkeypatch, l2=None):
     torch = pytest.importorskip("torch")
@@ -379,6 +433,7 @@ def test_the_clean_policies_read_a_separate_region(monkeypatch):
 # The verdict's words, written out by hand from the record() numbers (jitter cancels in the
 # per-round penalty, so each share is exact): what a user reads must say what happened.
 
+
 def test_every_reason_of_a_pass_word_for_word():
     v = verdict.judge(record(inductor=(17.5, 14.2), ncu={"stock": 11.0, "write-read": 0.02}))
     assert v["reasons"] == [
@@ -395,12 +450,30 @@ def test_every_reason_of_a_pass_word_for_word():
 
 
 def test_every_reason_of_a_fail_word_for_word():
-    rec = record(timed={"write-read": 18.8}, inductor=(17.5, 17.45),
-                 counts={"write-read": {"triton | write": 5000, "triton | write-read": 1}}, ncu={"write-read": 11.0},
-                 targets=[{"name": "triton", "target": "triton.x", "version": "3.6.0", "state": "failed", "patched": False,
-                           "detail": "unsupported here"},
-                          {"name": "inductor", "target": "torch.y", "version": "2.11.0", "state": "failed", "patched": False,
-                           "detail": "another package"}])
+    rec = record(
+        timed={"write-read": 18.8},
+        inductor=(17.5, 17.45),
+        counts={"write-read": {"triton | write": 5000, "triton | write-read": 1}},
+        ncu={"write-read": 11.0},
+        targets=[
+            {
+                "name": "triton",
+                "target": "triton.x",
+                "version": "3.6.0",
+                "state": "failed",
+                "patched": False,
+                "detail": "unsupported here",
+            },
+            {
+                "name": "inductor",
+                "target": "torch.y",
+                "version": "2.11.0",
+                "state": "failed",
+                "patched": False,
+                "detail": "another package",
+            },
+        ],
+    )
     rec["flushes"]["write-read"][f"{INDUCTOR} | write-read"] = 0  # counted nothing: not evidence
     v = verdict.judge(rec)
     assert v["reasons"] == [
@@ -420,13 +493,20 @@ def test_every_reason_of_a_fail_word_for_word():
 
 def test_only_the_stock_write_and_the_write_policy_are_said_plainly():
     v = verdict.judge(record(counts={"write-read": {"triton | write": 7}}, policy="write-read"))
-    assert v["reasons"][0] == "FAIL: 7 of 7 flushes in triton ran the stock write (the clean read failed or was skipped)"
-    v = verdict.judge_candidate(record(candidates=("control: stock write",),
-                                       counts={"control: stock write": {"triton | write": 7}}), "control: stock write")
+    assert (
+        v["reasons"][0] == "FAIL: 7 of 7 flushes in triton ran the stock write (the clean read failed or was skipped)"
+    )
+    v = verdict.judge_candidate(
+        record(candidates=("control: stock write",), counts={"control: stock write": {"triton | write": 7}}),
+        "control: stock write",
+    )
     assert v["reasons"][0] == "FAIL: only the stock write ran in triton (7 flushes)"
     v = verdict.judge(record(policy="write"))
-    assert v == {"result": "FAIL", "margin": None,
-                 "reasons": ["the policy is 'write', the stock flush: there is no clean flush to verify"]}
+    assert v == {
+        "result": "FAIL",
+        "margin": None,
+        "reasons": ["the policy is 'write', the stock flush: there is no clean flush to verify"],
+    }
     v = verdict.judge(record(installed=False))
     assert v["reasons"] == ["cleanflush is not installed in this process (CLEANFLUSH=0?)"]
 
@@ -449,7 +529,8 @@ def test_the_bars_are_inclusive_where_the_docs_say_so():
     # a penalty exactly at the noise floor (3% of the reference) is no penalty
     v = verdict.judge(flat(record(), "write-read", 51.5, 50.0, 50.0, 10.0))
     assert v["result"] == "NO-PENALTY" and v["reasons"][1] == (
-        "do_bench: the stock flush shows no measurable penalty here (+1.50 us against noise +-1.50 us)")
+        "do_bench: the stock flush shows no measurable penalty here (+1.50 us against noise +-1.50 us)"
+    )
     # exactly 1 MB written by the GEMM under ncu is still clean
     assert verdict.judge(record(ncu={"write-read": 1.0}))["result"] == "PASS"
     assert verdict.judge(record(ncu={"write-read": 1.001}))["result"] == "FAIL"
@@ -485,7 +566,8 @@ def test_judge_timing_names_its_state():
     state, margin, why = verdict.judge_timing("t", [20.0] * 3, [15.0] * 3, [16.0] * 3, [15.5] * 3)
     assert (state, margin) == ("fail", None) and why == (
         "t: 15.00 us against stock 20.00 us and the clean reference 16.00 us: faster than the "
-        "rotating-weight graph 15.50 us (cold weight, no launch gaps), so data stayed warm in L2")
+        "rotating-weight graph 15.50 us (cold weight, no launch gaps), so data stayed warm in L2"
+    )
 
 
 def test_a_candidate_with_no_counts_or_an_old_record_without_inductor():
@@ -507,8 +589,11 @@ def test_a_control_that_claims_the_stock_write_is_told_so_in_inductor_too():
 
 def test_one_failed_kind_of_evidence_is_not_undone_by_a_later_one():
     # the flush counts fail; timing, Inductor and ncu all pass: still FAIL
-    rec = record(inductor=(17.5, 14.2), ncu={"write-read": 0.02},
-                 counts={"write-read": {"triton | write": 5, "triton | write-read": 5}})
+    rec = record(
+        inductor=(17.5, 14.2),
+        ncu={"write-read": 0.02},
+        counts={"write-read": {"triton | write": 5, "triton | write-read": 5}},
+    )
     assert verdict.judge(rec)["result"] == "FAIL"
     # timing fails, the Nsight Compute bytes are clean: still FAIL
     assert verdict.judge(record(timed={"write-read": 18.8}, ncu={"write-read": 0.02}))["result"] == "FAIL"

@@ -5,20 +5,21 @@ from the repository root:
     cleanflush ab --runs 2 --figure ab-int8.png -- python -m benchmarks.jobs.int8_autotune
 """
 
-import torch
 import triton
 
 from benchmarks import int8_gemv
 
 LAYERS = [(4096, 4096), (28672, 4096)]
 
-configs = [triton.Config({"BLOCK_N": c["BLOCK_N"], "BLOCK_K": c["BLOCK_K"]}, num_warps=c["num_warps"])
-           for c in int8_gemv.configs()]
+configs = [
+    triton.Config({"BLOCK_N": c["BLOCK_N"], "BLOCK_K": c["BLOCK_K"]}, num_warps=c["num_warps"])
+    for c in int8_gemv.configs()
+]
 tuned = triton.autotune(configs=configs, key=["N", "K"])(int8_gemv._int8_gemv)
 
 for n, k in LAYERS:
     layer = int8_gemv.Layer(n, k)
-    tuned[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](layer.x, layer.w, layer.s, layer.y, n, k)
+    tuned[lambda meta, n=n: (triton.cdiv(n, meta["BLOCK_N"]),)](layer.x, layer.w, layer.s, layer.y, n, k)
     ref = (layer.x.double() @ layer.w.double().T).squeeze(0) * layer.s.double()
     err = float((layer.y.double() - ref).norm() / ref.norm())
     assert err < 1e-2, err

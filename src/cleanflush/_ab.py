@@ -63,6 +63,7 @@ def compare(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[s
     choice's timing is the median over that side's runs.  A changed decision's cost is how
     much slower the stock winner is than the clean winner under the clean timing.
     """
+
     def by_key(runs: list[list[dict[str, Any]]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
         found: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for run in runs:
@@ -83,12 +84,19 @@ def compare(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[s
         both = [label for label in c_time if label in s_time and c_time[label] > 0]
         ratios += [s_time[label] / c_time[label] for label in both]
         cost = (c_time[s_win] / c_time[c_win] - 1) if s_win in c_time and c_time.get(c_win) else None
-        decisions.append({
-            "kind": key[0], "op": key[1], "key": key[2], "changed": s_win != c_win,
-            "stock_winner": s_win, "clean_winner": c_win, "stock_winner_slower_by": cost,
-            "choices": len(both),
-            "timings_ms": {label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
-        })
+        decisions.append(
+            {
+                "kind": key[0],
+                "op": key[1],
+                "key": key[2],
+                "changed": s_win != c_win,
+                "stock_winner": s_win,
+                "clean_winner": c_win,
+                "stock_winner_slower_by": cost,
+                "choices": len(both),
+                "timings_ms": {label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
+            }
+        )
     changed = sorted((d for d in decisions if d["changed"]), key=lambda d: -(d["stock_winner_slower_by"] or 0.0))
     q1, median, q3 = quartiles(ratios) if ratios else (None, None, None)
     return {
@@ -96,8 +104,7 @@ def compare(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[s
         "changed": changed,
         "only_stock": [list(k) for k in stock if k not in clean],
         "only_clean": [list(k) for k in clean if k not in stock],
-        "ratio_stock_over_clean": {"n": len(ratios), "q1": q1, "median": median, "q3": q3,
-                                   "values": ratios},
+        "ratio_stock_over_clean": {"n": len(ratios), "q1": q1, "median": median, "q3": q3, "values": ratios},
     }
 
 
@@ -123,8 +130,10 @@ def format_report(result: dict[str, Any]) -> str:
         f"Inductor kernel configs {kinds.get('inductor-kernel', 0)})",
     ]
     if not cmp["decisions"]:
-        lines.append("no autotuning decision was recorded: does the command autotune (Triton @autotune, "
-                     "torch.compile mode='max-autotune')?")
+        lines.append(
+            "no autotuning decision was recorded: does the command autotune (Triton @autotune, "
+            "torch.compile mode='max-autotune')?"
+        )
     elif not cmp["changed"]:
         lines.append("the dirty flush did not change any decision here")
     else:
@@ -132,13 +141,17 @@ def format_report(result: dict[str, Any]) -> str:
         for d in cmp["changed"]:
             cost = d["stock_winner_slower_by"]
             slower = f"{cost:+.1%} slower by the clean timing" if cost is not None else "not timed in the clean run"
-            lines += [f"  {d['kind']} {d['op']} [{d['key']}]",
-                      f"    stock picked {_short(d['stock_winner'])}: {slower}",
-                      f"    clean picked {_short(d['clean_winner'])}"]
+            lines += [
+                f"  {d['kind']} {d['op']} [{d['key']}]",
+                f"    stock picked {_short(d['stock_winner'])}: {slower}",
+                f"    clean picked {_short(d['clean_winner'])}",
+            ]
     r = cmp["ratio_stock_over_clean"]
     if r["n"]:
-        lines.append(f"stock / clean timing over all {r['n']} choices: median {r['median']:.3f} "
-                     f"(q1 {r['q1']:.3f}, q3 {r['q3']:.3f})")
+        lines.append(
+            f"stock / clean timing over all {r['n']} choices: median {r['median']:.3f} "
+            f"(q1 {r['q1']:.3f}, q3 {r['q3']:.3f})"
+        )
     for side in ("only_stock", "only_clean"):
         if cmp[side]:
             lines.append(f"decisions made only in the {side[5:]} runs: {len(cmp[side])}")
@@ -187,15 +200,21 @@ def draw(result: dict[str, Any], path: str) -> str | None:
     return None
 
 
-def run(command: list[str], policy: str = DEFAULT_POLICY, runs: int = 1, figure: str | None = None,
-        keep: str | None = None, job_stdout: Any = None) -> tuple[dict[str, Any], int]:
+def run(
+    command: list[str],
+    policy: str = DEFAULT_POLICY,
+    runs: int = 1,
+    figure: str | None = None,
+    keep: str | None = None,
+    job_stdout: Any = None,
+) -> tuple[dict[str, Any], int]:
     """Run ``command`` ``runs`` times under each flush, interleaved; return (record, exit code)."""
     base = {k: v for k, v in os.environ.items() if k not in (POLICY_VAR, DECISIONS_VAR)}
     work = keep or tempfile.mkdtemp(prefix="cleanflush-ab-")
     sides: dict[str, list[list[dict[str, Any]]]] = {STOCK: [], policy: []}
     codes = []
     index = 0
-    for r in range(runs):
+    for _ in range(runs):
         for side in (STOCK, policy):
             index += 1
             folder = os.path.join(work, f"run{index}-{side}")
@@ -208,8 +227,13 @@ def run(command: list[str], policy: str = DEFAULT_POLICY, runs: int = 1, figure:
             codes.append({"index": index, "policy": side, "code": code})
             sides[side].append(read_decisions(os.path.join(folder, "decisions.jsonl")))
     result: dict[str, Any] = {
-        "schema": SCHEMA, "command": command, "policy": policy, "runs": runs, "work_dir": work,
-        "run_codes": codes, "comparison": compare(sides[STOCK], sides[policy]),
+        "schema": SCHEMA,
+        "command": command,
+        "policy": policy,
+        "runs": runs,
+        "work_dir": work,
+        "run_codes": codes,
+        "comparison": compare(sides[STOCK], sides[policy]),
     }
     if figure:
         problem = draw(result, figure)

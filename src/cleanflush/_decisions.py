@@ -38,6 +38,7 @@ SELECT = "torch._inductor.select_algorithm"
 HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 HOOKS = (AUTOTUNER, SELECT, HEURISTICS)
 
+
 def write(decision: dict[str, Any]) -> None:
     """Append one decision to ``CLEANFLUSH_DECISIONS``; a failure is said once, never raised."""
     path = _env.decisions_path()
@@ -47,7 +48,7 @@ def write(decision: dict[str, Any]) -> None:
     try:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
-    except Exception as exc:
+    except (OSError, TypeError, ValueError) as exc:  # a path that cannot be written, a value json refuses
         warn_once("decisions:write", f"could not record an autotuning decision in {path!r} ({exc})")
 
 
@@ -65,8 +66,13 @@ def _ms(value: Any) -> float:
 def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) -> dict[str, Any]:
     fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
-    return {"kind": "triton", "op": name, "key": repr(key),
-            "timings_ms": {str(config): _ms(t) for config, t in timings.items()}, "winner": str(winner)}
+    return {
+        "kind": "triton",
+        "op": name,
+        "key": repr(key),
+        "timings_ms": {str(config): _ms(t) for config, t in timings.items()},
+        "winner": str(winner),
+    }
 
 
 def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -79,9 +85,12 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
         # disk cache leaves the previous key's timings in place; nothing to record then)
         if before is not None and getattr(instance, "configs_timings", None) is not timings_before:
             for key in set(instance.cache) - before:
-                write(triton_decision(instance, key, dict(getattr(instance, "configs_timings", {}) or {}),
-                                      instance.cache[key]))
-    except Exception as exc:
+                write(
+                    triton_decision(
+                        instance, key, dict(getattr(instance, "configs_timings", {}) or {}), instance.cache[key]
+                    )
+                )
+    except Exception as exc:  # an Autotuner of another layout: the job runs on, the decision is not recorded
         warn_once("decisions:triton", f"could not read a Triton autotuning decision ({exc!r})")
     return result
 
@@ -90,15 +99,20 @@ def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> dict[str, Any]:
     meta = getattr(tuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or getattr(getattr(tuner, "fn", None), "__name__", "?")
     labelled = {str(getattr(launcher, "config", launcher)): _ms(t) for launcher, t in timings.items()}
-    return {"kind": "inductor-kernel", "op": str(name), "key": str(getattr(tuner, "size_hints", "")),
-            "timings_ms": labelled, "winner": _winner(labelled)}
+    return {
+        "kind": "inductor-kernel",
+        "op": str(name),
+        "key": str(getattr(tuner, "size_hints", "")),
+        "timings_ms": labelled,
+        "winner": _winner(labelled),
+    }
 
 
 def _benchmark_all_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     timings = wrapped(*args, **kwargs)
     try:
         write(kernel_decision(instance, dict(timings)))
-    except Exception as exc:
+    except Exception as exc:  # a CachingAutotuner of another layout: said once, the job runs on
         warn_once("decisions:kernel", f"could not read an Inductor kernel's autotuning ({exc!r})")
     return timings
 
@@ -114,20 +128,25 @@ def choice_label(choice: Any) -> str:
 def _shape(node: Any) -> str:
     try:
         return f"{'x'.join(str(s) for s in node.get_size())} {node.get_dtype()}".replace("torch.", "")
-    except Exception:
+    except Exception:  # an input node without a size or dtype: named by its kind
         return type(node).__name__
 
 
 def inductor_decision(timings: dict[Any, float], name: str, input_nodes: list[Any]) -> dict[str, Any]:
     labelled = {choice_label(choice): float(t) for choice, t in timings.items()}
-    return {"kind": "inductor", "op": name, "key": ", ".join(_shape(n) for n in input_nodes),
-            "timings_ms": labelled, "winner": _winner(labelled)}
+    return {
+        "kind": "inductor",
+        "op": name,
+        "key": ", ".join(_shape(n) for n in input_nodes),
+        "timings_ms": labelled,
+        "winner": _winner(labelled),
+    }
 
 
 def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) -> None:
     try:
         write(inductor_decision(dict(timings), str(name), list(input_nodes)))
-    except Exception as exc:
+    except Exception as exc:  # a feedback call of another layout: said once, autotuning goes on
         warn_once("decisions:inductor", f"could not read an Inductor autotuning decision ({exc!r})")
 
 
@@ -147,8 +166,8 @@ def apply(module: Any = None) -> None:
         cls = getattr(sys.modules.get(module_name), cls_name, None)
         if cls is not None and method in vars(cls):
             patches.wrap(cls, method, wrapper)
-    select = sys.modules.get(SELECT)
-    cache = select.get_algorithm_selector_cache() if hasattr(select, "get_algorithm_selector_cache") else None
+    select: Any = sys.modules.get(SELECT)
+    cache: Any = select.get_algorithm_selector_cache() if hasattr(select, "get_algorithm_selector_cache") else None
     if hasattr(cache, "add_feedback_saver") and _inductor_feedback not in _savers(cache):
         cache.add_feedback_saver(_inductor_feedback)
 
@@ -167,7 +186,7 @@ def register() -> None:
 
 def revert() -> None:
     _patching.patch_set(NAME).revert()
-    select = sys.modules.get(SELECT)
+    select: Any = sys.modules.get(SELECT)
     if hasattr(select, "get_algorithm_selector_cache"):
         fns = _savers(select.get_algorithm_selector_cache())
         if _inductor_feedback in fns:

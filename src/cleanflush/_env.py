@@ -21,7 +21,8 @@ Values are read without regard to case or surrounding spaces.
 from __future__ import annotations
 
 import os
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 POLICY_VAR = "CLEANFLUSH"
 DISABLE_VAR = "CLEANFLUSH_DISABLE"
@@ -83,8 +84,10 @@ class Disabled(NamedTuple):
         """One line naming the unknown names and the valid ones, or None."""
         if not self.unknown:
             return None
-        return (f"{DISABLE_VAR} names unknown targets {', '.join(self.unknown)} (ignored); "
-                f"valid targets: {', '.join(valid)}")
+        return (
+            f"{DISABLE_VAR} names unknown targets {', '.join(self.unknown)} (ignored); "
+            f"valid targets: {', '.join(valid)}"
+        )
 
 
 def parse_disabled(value: str | None, valid: Iterable[str]) -> Disabled:

@@ -25,9 +25,10 @@ Rules the code below keeps (measured on an H200, see README):
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ._policy import current_policy
 from ._state import STATE, count_flush, warn_once
@@ -81,9 +82,9 @@ def prepare(device: torch.device) -> ReadBuffer:
     if entry is not None:
         return entry
     with STATE.buffer_lock:
-        entry = STATE.buffers.get(device)
-        if entry is not None:
-            return entry
+        again: ReadBuffer | None = STATE.buffers.get(device)  # another thread made it meanwhile
+        if again is not None:
+            return again
         if str(device) in STATE.read_unavailable:
             raise ReadUnavailable(STATE.read_unavailable[str(device)])
         import torch
@@ -115,9 +116,12 @@ def _build_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Te
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         with STATE.lock:
             STATE.sweep_unavailable[str(buffer.device)] = reason
-        warn_once(f"sweep:{buffer.device}", f"the read kernel {READ_KERNEL} could not be built on "
-                  f"{buffer.device} ({reason}); the read runs as torch's sum, which timers that pick "
-                  "kernels by name can mistake for the kernel under test")
+        warn_once(
+            f"sweep:{buffer.device}",
+            f"the read kernel {READ_KERNEL} could not be built on "
+            f"{buffer.device} ({reason}); the read runs as torch's sum, which timers that pick "
+            "kernels by name can mistake for the kernel under test",
+        )
         return None
 
 
@@ -149,7 +153,8 @@ def _allocate_outside_pools(device: torch.device, numel: int) -> tuple[torch.Ten
     thread.join()
     if isinstance(made[0], BaseException):
         raise made[0]
-    return made[0]
+    buffer, sink = made[0]
+    return buffer, sink
 
 
 def release() -> None:
@@ -203,8 +208,10 @@ def _read_after(device: torch.device, written: int | None, label: str, cache: An
         read(device, read_bytes(l2, l2 if written is None else written), cache)
         return True
     except Exception as exc:  # the read must never break the benchmark: the stock write stands in
-        warn_once(f"read:{label}:{device}", f"the clean read could not run in {label} on {device} "
-                  f"({exc}); these flushes fall back to the stock write")
+        warn_once(
+            f"read:{label}:{device}",
+            f"the clean read could not run in {label} on {device} ({exc}); these flushes fall back to the stock write",
+        )
         return False
 
 
@@ -283,10 +290,22 @@ def flushing_tensor(cache: torch.Tensor, target: str) -> torch.Tensor:
             return self
 
         # no __torch_function__: every other op sees, and returns, a plain tensor
-        cls = STATE.tensor_classes.setdefault(target, type("CleanFlushCache", (torch.Tensor,), {
-            "__torch_function__": torch._C._disabled_torch_function_impl, "zero_": zero_,
-            "__module__": __name__, "target": target, "_cleanflush_flushing": True}))
-    return plain_tensor(cache).as_subclass(cls)
+        cls = STATE.tensor_classes.setdefault(
+            target,
+            type(
+                "CleanFlushCache",
+                (torch.Tensor,),
+                {
+                    "__torch_function__": torch._C._disabled_torch_function_impl,
+                    "zero_": zero_,
+                    "__module__": __name__,
+                    "target": target,
+                    "_cleanflush_flushing": True,
+                },
+            ),
+        )
+    flushing: torch.Tensor = plain_tensor(cache).as_subclass(cls)
+    return flushing
 
 
 def plain_tensor(cache: Any) -> Any:

@@ -14,18 +14,18 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
-from ._stats import central_mean  # noqa: F401  (verify, the GPU tests and benchmarks call it from here)
 
 MiB = 1 << 20
 REFERENCE_READ_BYTES = 256 * MiB  # the reference read: at least this, and at least 2 x L2
 
 
-def one_row_gemm(n: int = 4096, k: int = 4096, dtype: torch.dtype = torch.bfloat16,
-                 device: torch.device | str = "cuda") -> tuple[Callable[[], Any], torch.Tensor, torch.Tensor]:
+def one_row_gemm(
+    n: int = 4096, k: int = 4096, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cuda"
+) -> tuple[Callable[[], Any], torch.Tensor, torch.Tensor]:
     """The write-up's kernel: F.linear with one input row and an N x K weight."""
     weight = torch.randn(n, k, device=device, dtype=dtype)
     x = torch.randn(1, k, device=device, dtype=dtype)
@@ -51,8 +51,9 @@ def warm_up(fn: Callable[[], Any], seconds: float = 1.0) -> None:
         torch.cuda.synchronize()
 
 
-def timed_loop(flush: Callable[[], Any], fn: Callable[[], Any], iters: int,
-               between: Callable[[], Any] | None = None) -> list[float]:
+def timed_loop(
+    flush: Callable[[], Any], fn: Callable[[], Any], iters: int, between: Callable[[], Any] | None = None
+) -> list[float]:
     """do_bench's inner loop: flush, (``between``), start event, call, end event; returns
     each call's time in us."""
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
@@ -68,7 +69,7 @@ def timed_loop(flush: Callable[[], Any], fn: Callable[[], Any], iters: int,
     return [start.elapsed_time(end) * 1e3 for start, end in pairs]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference_buffer(device: torch.device) -> torch.Tensor:
     return torch.ones(max(2 * l2_bytes(device), REFERENCE_READ_BYTES) // 4, dtype=torch.float32, device=device)
 
@@ -108,9 +109,14 @@ def rotating_copies(weight_bytes: int, device: torch.device | str = "cuda", min_
     return max(2, -(-min_bytes_factor * l2_bytes(device) // weight_bytes))
 
 
-def rotating_weight_graph(n: int, k: int, dtype: torch.dtype = torch.bfloat16,
-                          device: torch.device | str = "cuda", min_bytes_factor: int = 5,
-                          replays: int = 20) -> list[float]:
+def rotating_weight_graph(
+    n: int,
+    k: int,
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str = "cuda",
+    min_bytes_factor: int = 5,
+    replays: int = 20,
+) -> list[float]:
     """Reference: a CUDA graph cycling through enough weight copies to exceed 5 x L2.
 
     Each call reads a cold weight and there are no launch gaps.  Returns ms per call, one
@@ -129,12 +135,29 @@ def median(values: list[float]) -> float:
 
 NCU_METRIC = "dram__bytes_write.sum"
 # bytes, and times in us; Nsight Compute versions spell the units either way
-_UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9,
-          "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+_UNITS = {
+    "byte": 1.0,
+    "Kbyte": 1e3,
+    "Mbyte": 1e6,
+    "Gbyte": 1e9,
+    "B": 1.0,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "nsecond": 1e-3,
+    "usecond": 1.0,
+    "msecond": 1e3,
+    "second": 1e6,
+    "ns": 1e-3,
+    "us": 1.0,
+    "ms": 1e3,
+    "s": 1e6,
+}
 
 
-def ncu_metrics(program: list[str], metrics: tuple[str, ...] = (NCU_METRIC,),
-                timeout: float = 600) -> list[tuple[str, dict[str, float]]]:
+def ncu_metrics(
+    program: list[str], metrics: tuple[str, ...] = (NCU_METRIC,), timeout: float = 600
+) -> list[tuple[str, dict[str, float]]]:
     """Run ``python *program`` under Nsight Compute and return (kernel name, {metric: value})
     for every kernel launched inside an NVTX range named ``timed``, in launch order.  Byte
     metrics come back in bytes, time metrics in microseconds.
@@ -144,10 +167,28 @@ def ncu_metrics(program: list[str], metrics: tuple[str, ...] = (NCU_METRIC,),
     L2 state the program left, as in a real benchmark.
     """
     out = subprocess.run(
-        ["ncu", "--cache-control", "none", "--clock-control", "none", "--replay-mode", "application",
-         "--profile-from-start", "off", "--nvtx", "--nvtx-include", "timed/", "--csv",
-         "--metrics", ",".join(metrics), sys.executable, *program],
-        capture_output=True, text=True, timeout=timeout,
+        [
+            "ncu",
+            "--cache-control",
+            "none",
+            "--clock-control",
+            "none",
+            "--replay-mode",
+            "application",
+            "--profile-from-start",
+            "off",
+            "--nvtx",
+            "--nvtx-include",
+            "timed/",
+            "--csv",
+            "--metrics",
+            ",".join(metrics),
+            sys.executable,
+            *program,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if out.returncode != 0:
         raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout).strip()[-500:]}")
@@ -183,4 +224,4 @@ def split_phases(kernels: list[tuple[str, float]], calls: int, phases: int) -> l
     per = len(kernels) // phases if phases else 0
     if per == 0 or len(kernels) % phases:
         raise RuntimeError(f"expected the same kernels in each of {phases} phases, got {len(kernels)}")
-    return [sum(b for _, b in kernels[i * per:(i + 1) * per]) / calls for i in range(phases)]
+    return [sum(b for _, b in kernels[i * per : (i + 1) * per]) / calls for i in range(phases)]

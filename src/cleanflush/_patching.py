@@ -7,8 +7,9 @@ attribute after us, reverting would drop their wrapper too, so we disable ours i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import wrapt
 
@@ -59,8 +60,12 @@ def _wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
     # name that an import copied from it (``from deep_gemm.testing import bench_kineto``)
     # flushes again instead of staying the disabled wrapper of an earlier install.
     patch = STATE.made.get((id(owner), name))
-    if patch is None or patch.owner is not owner or patch.original is not current \
-            or patch.wrapper._self_wrapper != wrapper:  # a bound method is made anew each time
+    if (
+        patch is None
+        or patch.owner is not owner
+        or patch.original is not current
+        or patch.wrapper._self_wrapper != wrapper
+    ):  # a bound method is made anew each time
         patch = Patch(owner, name, current)
         patch.wrapper = wrapt.FunctionWrapper(patch.original, wrapper, enabled=patch._enabled)
         patch.wrapper._self_cleanflush_patch = patch
@@ -78,7 +83,10 @@ def unwrap(patch: Patch) -> None:
         # a module owner has no __qualname__ (a harness function patched in its module)
         owner = getattr(patch.owner, "__qualname__", None) or getattr(patch.owner, "__name__", repr(patch.owner))
         if isinstance(patch.wrapper, wrapt.FunctionWrapper):
-            said = "was wrapped again after cleanflush (or replaced); cleanflush's wrapper is disabled and left where it is"
+            said = (
+                "was wrapped again after cleanflush (or replaced); cleanflush's wrapper is disabled and left "
+                "where it is"
+            )
         else:
             said = "was set again after cleanflush; left as it is"
         warn_once(f"unwrap:{id(patch.owner)}.{patch.name}", f"{owner}.{patch.name} {said}")

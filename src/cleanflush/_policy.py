@@ -141,8 +141,9 @@ class policy:
         with STATE.env_lock:
             # ended in another thread or task than it began in (a generator finalised there):
             # the newest open entry of this block anywhere
-            entry = here[-1] if here else next(
-                (e for e in reversed(STATE.open_blocks) if e.owner is self and e.open), None)
+            entry = (
+                here[-1] if here else next((e for e in reversed(STATE.open_blocks) if e.owner is self and e.open), None)
+            )
             if entry is not None:
                 entry.open = False
                 if entry in STATE.open_blocks:

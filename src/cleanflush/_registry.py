@@ -32,36 +32,94 @@ class Target:
         return self.apply.partition(":")[0]
 
 
-def _target(name: str, title: str, distributions: tuple[str, ...], triggers: tuple[str, ...], module: str,
-            derived: bool = False, probe: tuple[str, ...] = ()) -> Target:
+def _target(
+    name: str,
+    title: str,
+    distributions: tuple[str, ...],
+    triggers: tuple[str, ...],
+    module: str,
+    derived: bool = False,
+    probe: tuple[str, ...] = (),
+) -> Target:
     path = f"{PATCHES}.{module}"
-    return Target(name, title, distributions, triggers, f"{path}:apply", f"{path}:revert",
-                  f"{path}:derived" if derived else None, probe)
+    return Target(
+        name,
+        title,
+        distributions,
+        triggers,
+        f"{path}:apply",
+        f"{path}:revert",
+        f"{path}:derived" if derived else None,
+        probe,
+    )
 
 
 # The benchmarkers, then the harnesses; status lists them in this order.
 TARGETS = (
-    _target("triton", "triton", ("triton", "pytorch-triton"),
-            ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver", "triton.testing"),
-            "triton", derived=True, probe=("triton", "triton.testing")),
-    _target("inductor", "torch._inductor", ("torch",),
-            ("torch._inductor.runtime.benchmarking", "torch._inductor.utils"),
-            "inductor", derived=True,
-            probe=("torch._inductor.runtime.benchmarking", "torch._inductor.utils")),
-    _target("tritonbench", "tritonbench.components.do_bench.run profiler timer", ("tritonbench",),
-            ("tritonbench.components.do_bench.run",), "tritonbench"),
-    _target("tilelang", "tilelang.profiler", ("tilelang",),
-            ("tilelang.profiler.bench", "tilelang.profiler._torch_gpu"), "tilelang"),
-    _target("flashinfer", "flashinfer.testing.utils", ("flashinfer-python",),
-            ("flashinfer.testing.utils", "flashinfer.testing"), "flashinfer"),
-    _target("deep-gemm", "deep_gemm.testing.bench.bench_kineto", ("deep_gemm",),
-            ("deep_gemm.testing.bench", "deep_gemm.testing"), "deep_gemm"),
+    _target(
+        "triton",
+        "triton",
+        ("triton", "pytorch-triton"),
+        ("triton.backends", "triton.backends.nvidia.driver", "triton.backends.amd.driver", "triton.testing"),
+        "triton",
+        derived=True,
+        probe=("triton", "triton.testing"),
+    ),
+    _target(
+        "inductor",
+        "torch._inductor",
+        ("torch",),
+        ("torch._inductor.runtime.benchmarking", "torch._inductor.utils"),
+        "inductor",
+        derived=True,
+        probe=("torch._inductor.runtime.benchmarking", "torch._inductor.utils"),
+    ),
+    _target(
+        "tritonbench",
+        "tritonbench.components.do_bench.run profiler timer",
+        ("tritonbench",),
+        ("tritonbench.components.do_bench.run",),
+        "tritonbench",
+    ),
+    _target(
+        "tilelang",
+        "tilelang.profiler",
+        ("tilelang",),
+        ("tilelang.profiler.bench", "tilelang.profiler._torch_gpu"),
+        "tilelang",
+    ),
+    _target(
+        "flashinfer",
+        "flashinfer.testing.utils",
+        ("flashinfer-python",),
+        ("flashinfer.testing.utils", "flashinfer.testing"),
+        "flashinfer",
+    ),
+    _target(
+        "deep-gemm",
+        "deep_gemm.testing.bench.bench_kineto",
+        ("deep_gemm",),
+        ("deep_gemm.testing.bench", "deep_gemm.testing"),
+        "deep_gemm",
+    ),
     _target("sglang", "sglang.srt.bench_utils.bench_kineto", ("sglang",), ("sglang.srt.bench_utils",), "sglang"),
-    _target("kernelbench", "kernelbench.timing.clear_l2_cache", ("kernelbench",), ("kernelbench.timing",),
-            "kernelbench"),
-    _target("sol-execbench", "sol_execbench.core.bench.timing._clear_cache", ("sol-execbench",),
-            ("sol_execbench.core.bench.timing",), "sol_execbench"),
+    _target(
+        "kernelbench", "kernelbench.timing.clear_l2_cache", ("kernelbench",), ("kernelbench.timing",), "kernelbench"
+    ),
+    _target(
+        "sol-execbench",
+        "sol_execbench.core.bench.timing._clear_cache",
+        ("sol-execbench",),
+        ("sol_execbench.core.bench.timing",),
+        "sol_execbench",
+    ),
     _target("deep-ep", "deep_ep.utils.testing.flush_l2_cache", ("deep_ep",), ("deep_ep.utils.testing",), "deep_ep"),
 )
 NAMES = tuple(target.name for target in TARGETS)
 BY_NAME = {target.name: target for target in TARGETS}
+
+
+def name_of(patch_module: str) -> str:
+    """The target a patch module (its ``__name__``) applies: patch modules name themselves
+    through this, so that each target's name is written here alone."""
+    return next(target.name for target in TARGETS if target.module == patch_module)

@@ -47,8 +47,14 @@ class TargetStatus:
         return self.state == "patched"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "target": self.target, "version": self.version, "state": self.state,
-                "patched": self.patched, "detail": self.detail}
+        return {
+            "name": self.name,
+            "target": self.target,
+            "version": self.version,
+            "state": self.state,
+            "patched": self.patched,
+            "detail": self.detail,
+        }
 
 
 class Site(NamedTuple):
@@ -78,7 +84,7 @@ class _State:
     sweep_unavailable: dict[str, str] = field(default_factory=dict)
     # label -> why its flushes ran the stock code after a surprise (said once, shown by status)
     fallbacks: dict[str, str] = field(default_factory=dict)
-    buffers: dict[Any, Any] = field(default_factory=dict)  # device -> _flush.ReadBuffer
+    buffers: dict[Any, Any] = field(default_factory=dict)  # device -> _flush.ReadBuffer (a type _flush owns)
     tensor_classes: dict[str, type] = field(default_factory=dict)  # label -> its flushing tensor class
     patches: dict[str, Any] = field(default_factory=dict)  # target name -> _patching.PatchSet
     made: dict[tuple[int, str], Any] = field(default_factory=dict)  # (id(owner), name) -> Patch, ever made

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def central_mean(samples: Iterable[float]) -> float:
@@ -15,7 +15,7 @@ def central_mean(samples: Iterable[float]) -> float:
     """
     xs = sorted(samples)
     cut = len(xs) // 10
-    return statistics.fmean(xs[cut:len(xs) - cut])
+    return statistics.fmean(xs[cut : len(xs) - cut])
 
 
 def quartiles(values: Iterable[float]) -> tuple[float, float, float]:

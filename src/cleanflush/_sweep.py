@@ -12,7 +12,7 @@ compilation happens later inside a CUDA-graph capture or a timed loop.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import triton
@@ -28,7 +28,7 @@ Sweep = Callable[[torch.Tensor, torch.Tensor], None]
 
 
 # ``n`` changes with the bytes written before the read: never a new specialisation.
-@triton.jit(do_not_specialize=["n"])
+@triton.jit(do_not_specialize=["n"])  # type: ignore[untyped-decorator]
 def cleanflush_l2_sweep(src, sink, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
     # Each program strides over the buffer and adds its partial sum to one scalar: every
     # line is loaded, and nothing but that scalar is written.
@@ -66,8 +66,7 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> Sweep:
     if runner is not None:
         launches["direct"] = lambda data, out: runner(data, out, data.numel(), BLOCK)
         launches["direct without constexprs"] = lambda data, out: runner(data, out, data.numel())
-    launches["jit"] = lambda data, out: cleanflush_l2_sweep[grid](data, out, data.numel(), BLOCK=BLOCK,
-                                                                  num_warps=WARPS)
+    launches["jit"] = lambda data, out: cleanflush_l2_sweep[grid](data, out, data.numel(), BLOCK=BLOCK, num_warps=WARPS)
     failures = []
     for name, launch in launches.items():
         if _sums_right(launch, buffer, sink):

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import os
 import sys
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from importlib import import_module
-from typing import Any, Callable
+from typing import Any
 
 import wrapt
 
 from . import _decisions, _env, _policy, _report
 from ._registry import NAMES, TARGETS, Target
-from ._state import STATE, Site, TargetStatus, record, warn_once
+from ._state import STATE, Site, State, TargetStatus, record, warn_once
 
 
 def resolve(path: str) -> Callable[..., Any]:
@@ -28,7 +29,7 @@ def resolve(path: str) -> Callable[..., Any]:
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def version(target: Target) -> str | None:
     """The version of the first of the target's distributions that is installed."""
     from importlib import metadata  # 10-20 ms: only when a version is asked for
@@ -148,11 +149,13 @@ def rows(target: Target) -> list[TargetStatus]:
     """The target's status rows: what its patch recorded and computed, else why there is none."""
     found = list(STATE.sites.get(target.name, {}).values())
     if target.derived and target.module in sys.modules:
-        found += [TargetStatus(target.name, s.target, version(target), s.state, s.detail)
-                  for s in resolve(target.derived)()]
+        found += [
+            TargetStatus(target.name, s.target, version(target), s.state, s.detail) for s in resolve(target.derived)()
+        ]
     if found:
         return found
     installed = version(target)
+    state: State
     if installed is None:
         state, detail = "absent", f"{target.distributions[0]} is not installed"
     elif not STATE.installed:
@@ -173,15 +176,30 @@ def _why_off() -> str:
 
 def flush_rows() -> list[TargetStatus]:
     """Rows for the flush itself: devices whose read could not run, flushes that fell back."""
-    found = [TargetStatus("cleanflush", f"read buffer on {device}", None, "failed",
-                          f"{reason}: every flush on {device} runs the stock write")
-             for device, reason in sorted(STATE.read_unavailable.items())]
-    found += [TargetStatus("cleanflush", f"read kernel on {device}", None, "failed",
-                           f"the read kernel could not be built ({reason}): the read runs as torch's sum")
-              for device, reason in sorted(STATE.sweep_unavailable.items())]
-    found += [TargetStatus("cleanflush", f"flushes in {label}", None, "failed",
-                           f"{why}: those flushes ran the stock code")
-              for label, why in sorted(STATE.fallbacks.items())]
+    found = [
+        TargetStatus(
+            "cleanflush",
+            f"read buffer on {device}",
+            None,
+            "failed",
+            f"{reason}: every flush on {device} runs the stock write",
+        )
+        for device, reason in sorted(STATE.read_unavailable.items())
+    ]
+    found += [
+        TargetStatus(
+            "cleanflush",
+            f"read kernel on {device}",
+            None,
+            "failed",
+            f"the read kernel could not be built ({reason}): the read runs as torch's sum",
+        )
+        for device, reason in sorted(STATE.sweep_unavailable.items())
+    ]
+    found += [
+        TargetStatus("cleanflush", f"flushes in {label}", None, "failed", f"{why}: those flushes ran the stock code")
+        for label, why in sorted(STATE.fallbacks.items())
+    ]
     return found
 
 

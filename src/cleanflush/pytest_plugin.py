@@ -20,7 +20,8 @@ A bad policy name or marker is a usage error naming the valid ones.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -39,8 +40,13 @@ def _policy_option(text: str) -> str:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--cleanflush", metavar="POLICY", type=_policy_option, default=None,
-                     help=f"default cleanflush policy for this run: {', '.join(_policy.POLICIES)}")
+    parser.addoption(
+        "--cleanflush",
+        metavar="POLICY",
+        type=_policy_option,
+        default=None,
+        help=f"default cleanflush policy for this run: {', '.join(_policy.POLICIES)}",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,8 +74,10 @@ def _parameter(item: pytest.Item) -> str | None:
     try:
         return _policy.check(value)
     except ValueError:
-        raise pytest.UsageError(f"{item.nodeid}: the cleanflush_policy parameter {value!r} is not a policy; "
-                                f"valid: {', '.join(_policy.POLICIES)}") from None
+        raise pytest.UsageError(
+            f"{item.nodeid}: the cleanflush_policy parameter {value!r} is not a policy; "
+            f"valid: {', '.join(_policy.POLICIES)}"
+        ) from None
 
 
 def chosen(item: pytest.Item) -> str | None:

@@ -62,8 +62,11 @@ def test_inductor_benchmarker_stock_vs_patched(gemm):
 # add: their clean time sits a little under the event-timed reference, hence the lower floor.
 # Were our read counted inside the region, the patched time would grow by ~50 us.
 
-@pytest.mark.skipif(not hasattr(inductor_utils, "_DO_BENCH_PROFILE_EVENT_NAME"),
-                    reason="not patched on this torch (cleanflush status says why)")
+
+@pytest.mark.skipif(
+    not hasattr(inductor_utils, "_DO_BENCH_PROFILE_EVENT_NAME"),
+    reason="not patched on this torch (cleanflush status says why)",
+)
 def test_do_bench_using_profiling_stock_vs_patched(gemm):
     us = stock_and_patched(lambda: inductor_utils.do_bench_using_profiling(gemm))
     assert_clean(us, reference(gemm), 0.85)
@@ -94,11 +97,18 @@ def run_max_autotune(tmp_path, **extra_env):
     CLEANFLUSH=1 (no import in the script).  Every process that flushed writes one line to
     CLEANFLUSH_REPORT at exit; returns the lines of the processes other than the script."""
     report = tmp_path / "report.jsonl"
-    env = dict(os.environ, CLEANFLUSH="1", CLEANFLUSH_REPORT=str(report),
-               TORCHINDUCTOR_AUTOTUNE_IN_SUBPROC="1", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1",
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), **extra_env)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(AUTOTUNE_SCRIPT)], env=env,
-                         capture_output=True, text=True, timeout=540)
+    env = dict(
+        os.environ,
+        CLEANFLUSH="1",
+        CLEANFLUSH_REPORT=str(report),
+        TORCHINDUCTOR_AUTOTUNE_IN_SUBPROC="1",
+        TORCHINDUCTOR_FORCE_DISABLE_CACHES="1",
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+        **extra_env,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(AUTOTUNE_SCRIPT)], env=env, capture_output=True, text=True, timeout=540
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     parent = int(out.stdout.split("compiled pid")[1].split()[0])
     lines = [json.loads(line) for line in report.read_text().splitlines()]
@@ -129,9 +139,14 @@ def test_max_autotune_with_cuda_graph_trees_runs_under_the_clean_flush(tmp_path)
     # the compiled function ("2 tensor(s) in the cudagraph pool not tracked as outputs").
     job = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "jobs", "decode_max_autotune.py")
     report = tmp_path / "report.jsonl"
-    env = dict(os.environ, CLEANFLUSH="write-read", CLEANFLUSH_REPORT=str(report),
-               TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
-               TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    env = dict(
+        os.environ,
+        CLEANFLUSH="write-read",
+        CLEANFLUSH_REPORT=str(report),
+        TORCHINDUCTOR_FORCE_DISABLE_CACHES="1",
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+    )
     out = subprocess.run([sys.executable, job], env=env, capture_output=True, text=True, timeout=540)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "compiled and checked" in out.stdout

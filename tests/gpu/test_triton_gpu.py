@@ -6,11 +6,12 @@ import shutil
 import pytest
 
 torch = pytest.importorskip("torch")
-triton = pytest.importorskip("triton")
+pytest.importorskip("triton")
 import triton.testing  # noqa: E402
 
 import cleanflush  # noqa: E402
 from cleanflush import _measure  # noqa: E402
+from cleanflush._stats import central_mean  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -33,8 +34,8 @@ def paired(gemm, rounds=9):
     for _ in range(rounds):
         for policy in cleanflush.POLICIES:
             with cleanflush.policy(policy):
-                measured = _measure.central_mean(triton.testing.do_bench(gemm, return_mode="all")) * 1e3
-            reference = _measure.central_mean(_measure.read_flush_reference(gemm, 1000))
+                measured = central_mean(triton.testing.do_bench(gemm, return_mode="all")) * 1e3
+            reference = central_mean(_measure.read_flush_reference(gemm, 1000))
             ratios[policy].append(measured / reference)
     for name, values in ratios.items():
         print(f"{name:10s} / reference, rounds: " + " ".join(f"{v:.3f}" for v in values))
@@ -106,13 +107,14 @@ def test_flush_launches_one_kernel_per_step(policy, kernels):
     driver = triton.runtime.driver.active
     cache = driver.get_empty_cache_for_benchmark()
     torch.cuda.synchronize()
-    with cleanflush.policy(policy), torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CUDA]
-    ) as prof:
+    with cleanflush.policy(policy), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         driver.clear_cache(cache)
         torch.cuda.synchronize()
-    names = [e.name for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memset")]
+    names = [
+        e.name
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memset")
+    ]
     print(policy, names)
     assert len(names) == kernels, names
     # the read is the kernel named after us, which no name filter takes for a kernel under test
@@ -174,8 +176,9 @@ def graph_timer_with_cache_clear(fn, clear_cache_fn=None, n_repeat=200, retries=
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             graph.replay()
             torch.cuda.synchronize()
-    gemm_kernels = [e.device_time for e in prof.events()
-                    if e.device_type.name == "CUDA" and e.name in gemm_kernel_names(fn)]
+    gemm_kernels = [
+        e.device_time for e in prof.events() if e.device_type.name == "CUDA" and e.name in gemm_kernel_names(fn)
+    ]
     assert len(gemm_kernels) == n_repeat * len(gemm_kernel_names(fn)), len(gemm_kernels)
     return _measure.median(times), sum(gemm_kernels) / n_repeat
 
@@ -211,9 +214,11 @@ def test_a_timer_that_keeps_cache_zero_measures_clean(gemm):
             timer[policy], kernels[policy] = graph_timer_with_cache_clear(gemm)
             # counted when run or captured: the warm-up call and 2 x 200 captured (replays run no Python)
             assert cleanflush.flush_counts()[("triton", policy)] == before + 1 + 2 * 200
-    print(f"\ntritonbench-style CUDA-graph timer (us): { {k: round(v, 2) for k, v in timer.items()} }, "
-          f"plain-read reference {timer_ref:.2f}; the GEMM's kernels in it (us): "
-          f"{ {k: round(v, 2) for k, v in kernels.items()} }, plain-read reference {reference:.2f}")
+    print(
+        f"\ntritonbench-style CUDA-graph timer (us): { {k: round(v, 2) for k, v in timer.items()} }, "
+        f"plain-read reference {timer_ref:.2f}; the GEMM's kernels in it (us): "
+        f"{ {k: round(v, 2) for k, v in kernels.items()} }, plain-read reference {reference:.2f}"
+    )
     for measured, ref in ((timer, timer_ref), (kernels, reference)):
         assert measured["write"] >= 1.10 * ref, (measured, ref)  # the stock penalty
         for policy in ("write-read", "read"):  # verify's bar: >= 60% of the penalty removed, nothing warm

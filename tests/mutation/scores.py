@@ -15,8 +15,20 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
-          36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", None: "not checked"}
+STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    None: "not checked",
+}
 
 
 def equivalent() -> set[str]:
@@ -46,8 +58,10 @@ def scores() -> dict[str, collections.Counter[str]]:
 
 
 def main(argv: list[str]) -> None:
-    rows = ["| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     total: collections.Counter[str] = collections.Counter()
     for module, c in scores().items():
         total.update(c)
@@ -61,8 +75,10 @@ def _row(module: str, c: collections.Counter[str]) -> str:
     judged = n - c["equivalent"] - c["not checked"]
     score = (c["killed"] + c["timeout"]) / judged if judged else 0.0
     pending = f" ({c['not checked']} not checked)" if c["not checked"] else ""
-    return (f"| {module} | {n} | {c['killed']} | {c['timeout']} | {c['survived']} | {c['no tests']} | "
-            f"{c['equivalent']} | {score:.1%}{pending} |")
+    return (
+        f"| {module} | {n} | {c['killed']} | {c['timeout']} | {c['survived']} | {c['no tests']} | "
+        f"{c['equivalent']} | {score:.1%}{pending} |"
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import cleanflush
 
@@ -47,7 +48,7 @@ CLAIMS = {
 def _zeroed_tail(cache: Any, region: Any, l2: int) -> Any:
     import torch
 
-    return cache.view(torch.float32)[-(l2 // 2 // 4):]
+    return cache.view(torch.float32)[-(l2 // 2 // 4) :]
 
 
 def _half_the_l2(cache: Any, region: Any, l2: int) -> Any:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import shutil
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import cleanflush
 
+from .. import _stats
 from .controls import CONTROLS, STOCK, flushing
 from .probe import GpuProbe
 from .verdict import new_record
@@ -94,25 +96,44 @@ def measure(options: Options, progress: Callable[[str], None]) -> dict[str, Any]
             from torch._inductor.runtime import benchmarking
 
             inductor = benchmarking.InductorBenchmarker() if hasattr(benchmarking, "InductorBenchmarker") else None
-        except Exception as exc:
+        except Exception as exc:  # an Inductor that does not import here: judged on do_bench alone, said
             progress(f"Inductor not measured: {exc!r}")
 
     record = new_record(
-        kernel={"op": "F.linear, one input row", "n": options.n, "k": options.k, "dtype": options.dtype,
-                "device": options.device},
-        machine={"gpu": props.name, "l2_bytes": int(props.L2_cache_size), "driver": probe.driver(),
-                 "sm_clock_mhz_before": clock_before, "sm_clock_mhz_after": clock_after, "warm_up_s": 1.0,
-                 "other_processes": others, "probe": probe.source},
-        software={"torch": torch.__version__, "triton": triton.__version__,
-                  "cleanflush": cleanflush.__version__, "python": sys.version.split()[0]},
-        policy=cleanflush.current_policy(), installed=cleanflush.is_installed(),
-        targets=[row.as_dict() for row in cleanflush.status()], rounds=options.rounds, candidates=names,
+        kernel={
+            "op": "F.linear, one input row",
+            "n": options.n,
+            "k": options.k,
+            "dtype": options.dtype,
+            "device": options.device,
+        },
+        machine={
+            "gpu": props.name,
+            "l2_bytes": int(props.L2_cache_size),
+            "driver": probe.driver(),
+            "sm_clock_mhz_before": clock_before,
+            "sm_clock_mhz_after": clock_after,
+            "warm_up_s": 1.0,
+            "other_processes": others,
+            "probe": probe.source,
+        },
+        software={
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "cleanflush": cleanflush.__version__,
+            "python": sys.version.split()[0],
+        },
+        policy=cleanflush.current_policy(),
+        installed=cleanflush.is_installed(),
+        targets=[row.as_dict() for row in cleanflush.status()],
+        rounds=options.rounds,
+        candidates=names,
     )
     t = record["timings_us"]
     flushes: dict[str, dict[str, int]] = {name: {} for name in [STOCK, *names]}
 
     def do_bench() -> float:
-        return _measure.central_mean(triton.testing.do_bench(fn, return_mode="all")) * 1e3
+        return _stats.central_mean(triton.testing.do_bench(fn, return_mode="all")) * 1e3
 
     for r in range(options.rounds):
         progress(f"round {r + 1}/{options.rounds}")
@@ -123,17 +144,20 @@ def measure(options: Options, progress: Callable[[str], None]) -> dict[str, Any]
                 t["do_bench"].setdefault(name, []).append(_counted(do_bench, flushes[name]))
             # right after the candidate: the verdict compares the two round by round
             reference = _measure.read_flush_reference(fn, REFERENCE_ITERS, device)
-            t["reference"].setdefault(name, []).append(_measure.central_mean(reference))
+            t["reference"].setdefault(name, []).append(_stats.central_mean(reference))
             t["reference_min"].setdefault(name, []).append(min(reference))
             if inductor is not None:
                 with flushing(STOCK):
                     t["inductor"].setdefault(STOCK, []).append(
-                        _counted(lambda: inductor.benchmark_gpu(fn) * 1e3, flushes[STOCK]))
+                        _counted(lambda: inductor.benchmark_gpu(fn) * 1e3, flushes[STOCK])
+                    )
                 with flushing(name):
                     t["inductor"].setdefault(name, []).append(
-                        _counted(lambda: inductor.benchmark_gpu(fn) * 1e3, flushes[name]))
-        t["rotating_graph"].append(1e3 * statistics.median(
-            _measure.rotating_weight_graph(options.n, options.k, dtype, device, replays=10)))
+                        _counted(lambda: inductor.benchmark_gpu(fn) * 1e3, flushes[name])
+                    )
+        t["rotating_graph"].append(
+            1e3 * statistics.median(_measure.rotating_weight_graph(options.n, options.k, dtype, device, replays=10))
+        )
     record["flushes"] = flushes
 
     if options.ncu:
@@ -150,8 +174,9 @@ def _ncu(options: Options, names: list[str]) -> dict[str, Any]:
     calls = 3
     try:
         kernels = _measure.ncu_write_bytes(
-            _measure.verify_program(options.n, options.k, options.dtype, options.device, calls, tuple(names)))
+            _measure.verify_program(options.n, options.k, options.dtype, options.device, calls, tuple(names))
+        )
         per_call = _measure.split_phases(kernels, calls, len(names))
-    except Exception as exc:
+    except Exception as exc:  # ncu's own failure is a finding the verdict reports, not a crash
         return {"error": str(exc)}
     return {name: value / 1e6 for name, value in zip(names, per_call)}

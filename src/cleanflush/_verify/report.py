@@ -11,8 +11,10 @@ from .verdict import PASS_SHARE, expected, penalty_share
 
 def _table(rows: list[tuple[str, ...]], left: int = 1) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in rows]
+    return [
+        "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in rows
+    ]
 
 
 def _row(label: str, stat: str, values: list[float], base: float | None) -> tuple[str, ...]:
@@ -23,12 +25,18 @@ def _row(label: str, stat: str, values: list[float], base: float | None) -> tupl
 
 def header(record: dict[str, Any]) -> list[str]:
     m, s, k = record["machine"], record["software"], record["kernel"]
-    clock = (f"SM {m['sm_clock_mhz_before'] or '?'} -> {m['sm_clock_mhz_after'] or '?'} MHz "
-             f"after {m['warm_up_s']:.0f} s warm-up")
+    clock = (
+        f"SM {m['sm_clock_mhz_before'] or '?'} -> {m['sm_clock_mhz_after'] or '?'} MHz "
+        f"after {m['warm_up_s']:.0f} s warm-up"
+    )
     others = m["other_processes"]
-    other = ("other processes: unknown (no NVML, no nvidia-smi)" if others is None else
-             "no other processes on this GPU" if not others else
-             f"WARNING: {len(others)} other process(es) on this GPU {others}: results are unreliable")
+    other = (
+        "other processes: unknown (no NVML, no nvidia-smi)"
+        if others is None
+        else "no other processes on this GPU"
+        if not others
+        else f"WARNING: {len(others)} other process(es) on this GPU {others}: results are unreliable"
+    )
     return [
         f"cleanflush verify: F.linear, 1 x {k['k']} @ {k['n']} x {k['k']} {k['dtype']}, cuda:{k['device']}, "
         f"{record['rounds']} rounds",
@@ -48,7 +56,9 @@ def timings(record: dict[str, Any]) -> list[str]:
     rows: list[tuple[str, ...]] = [("method", "stat", "median us", "q1-q3 us", "vs clean ref")]
     for name, values in t["do_bench"].items():
         label = "stock flush" if name == STOCK else name
-        rows.append(_row(f"do_bench, {label}", "mean", values, quartiles(t["reference"].get(name, t["reference"][first]))[1]))
+        rows.append(
+            _row(f"do_bench, {label}", "mean", values, quartiles(t["reference"].get(name, t["reference"][first]))[1])
+        )
     for name, values in t.get("inductor", {}).items():
         label = "stock flush" if name == STOCK else name
         ref_min = quartiles(t["reference_min"][first if name == STOCK else name])[1]
@@ -78,9 +88,14 @@ def format_report(record: dict[str, Any], verdict: dict[str, Any]) -> str:
     lines.append(f"targets: {len(patched)} of {len(record['targets'])} patched (`cleanflush status` for details)")
     ncu = record.get("ncu")
     if ncu:
-        lines.append("ncu: " + (f"could not run: {ncu['error']}" if "error" in ncu else
-                                "DRAM MB the timed GEMM writes: "
-                                + ", ".join(f"{name} {mb:.3f}" for name, mb in ncu.items())))
+        lines.append(
+            "ncu: "
+            + (
+                f"could not run: {ncu['error']}"
+                if "error" in ncu
+                else "DRAM MB the timed GEMM writes: " + ", ".join(f"{name} {mb:.3f}" for name, mb in ncu.items())
+            )
+        )
     lines += ["", verdict["result"]]
     lines += [f"  - {reason}" for reason in verdict["reasons"]]
     return "\n".join(lines)
@@ -99,13 +114,18 @@ def format_controls(record: dict[str, Any], verdicts: dict[str, Any]) -> str:
         rows.append((name, expected(name), v["result"], ok, f"{share:.0%}", margin, mb))
     lines = header(record) + timings(record) + [""] + flushes(record) + [""]
     lines += _table(rows, left=4)
-    lines.append(f"(a clean flush must remove at least {PASS_SHARE:.0%} of the stock penalty; margin: share "
-                 f"removed minus {PASS_SHARE:.0%}, positive on the PASS side)")
+    lines.append(
+        f"(a clean flush must remove at least {PASS_SHARE:.0%} of the stock penalty; margin: share "
+        f"removed minus {PASS_SHARE:.0%}, positive on the PASS side)"
+    )
     if "error" in ncu:
         lines.append(f"ncu: could not run: {ncu['error']}")
-    lines += ["", f"{verdicts['result']}: {len(verdicts['candidates']) - len(verdicts['wrong'])} of "
-              f"{len(verdicts['candidates'])} flushes judged as they must be"
-              + (f"; wrong: {', '.join(verdicts['wrong'])}" if verdicts["wrong"] else "")]
+    lines += [
+        "",
+        f"{verdicts['result']}: {len(verdicts['candidates']) - len(verdicts['wrong'])} of "
+        f"{len(verdicts['candidates'])} flushes judged as they must be"
+        + (f"; wrong: {', '.join(verdicts['wrong'])}" if verdicts["wrong"] else ""),
+    ]
     for name, v in verdicts["candidates"].items():
         lines.append(f"{name}: {v['result']}")
         lines += [f"  - {reason}" for reason in v["reasons"]]

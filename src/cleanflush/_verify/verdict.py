@@ -28,8 +28,17 @@ NCU_DIRTY_MB = 1.0  # the timed GEMM writing more than this after the flush is w
 MIN_NOISE = 0.03  # of the reference: CUDA events tick in ~1 us steps
 
 
-def new_record(*, kernel: dict[str, Any], machine: dict[str, Any], software: dict[str, Any], policy: str,
-               installed: bool, targets: list[dict[str, Any]], rounds: int, candidates: list[str]) -> dict[str, Any]:
+def new_record(
+    *,
+    kernel: dict[str, Any],
+    machine: dict[str, Any],
+    software: dict[str, Any],
+    policy: str,
+    installed: bool,
+    targets: list[dict[str, Any]],
+    rounds: int,
+    candidates: list[str],
+) -> dict[str, Any]:
     """The one shape of a verify record; ``measure`` fills ``timings_us``, ``flushes``, ``ncu``.
 
     timings_us: {"do_bench": {"stock" | candidate: [us per round]},
@@ -77,8 +86,9 @@ def flush_evidence(counts: dict[str, int], target: str, candidate: str) -> tuple
     if not mine:
         return False, f"no flush ran through cleanflush in {target}"
     if stock and claimed_policy(candidate) != "write":
-        return False, (f"{stock} of {stock + clean} flushes in {target} ran the stock write "
-                       "(the clean read failed or was skipped)")
+        return False, (
+            f"{stock} of {stock + clean} flushes in {target} ran the stock write (the clean read failed or was skipped)"
+        )
     if not clean:
         return False, f"only the stock write ran in {target} ({stock} flushes)"
     ran = ", ".join(f"{policy} x {n}" for policy, n in sorted(mine.items()))
@@ -100,21 +110,36 @@ def penalty_share(stock: list[float], candidate: list[float], reference: list[fl
     }
 
 
-def judge_timing(name: str, stock: list[float], candidate: list[float], reference: list[float],
-                 graph: list[float] | None) -> tuple[str, float | None, str]:
+def judge_timing(
+    name: str, stock: list[float], candidate: list[float], reference: list[float], graph: list[float] | None
+) -> tuple[str, float | None, str]:
     """("pass" | "fail" | "no-penalty", margin, reason) for one timed method."""
     t = penalty_share(stock, candidate, reference)
-    where = (f"{t['candidate_us']:.2f} us against stock {t['stock_us']:.2f} us and the clean reference "
-             f"{t['reference_us']:.2f} us")
+    where = (
+        f"{t['candidate_us']:.2f} us against stock {t['stock_us']:.2f} us and the clean reference "
+        f"{t['reference_us']:.2f} us"
+    )
     if graph:
         floor = _median(graph)
         if t["candidate_us"] < floor:
-            return "fail", None, (f"{name}: {where}: faster than the rotating-weight graph {floor:.2f} us "
-                                  "(cold weight, no launch gaps), so data stayed warm in L2")
+            return (
+                "fail",
+                None,
+                (
+                    f"{name}: {where}: faster than the rotating-weight graph {floor:.2f} us "
+                    "(cold weight, no launch gaps), so data stayed warm in L2"
+                ),
+            )
         where += f", rotating graph {floor:.2f} us"
     if t["penalty_us"] <= t["noise_us"]:
-        return "no-penalty", None, (f"{name}: the stock flush shows no measurable penalty here "
-                                    f"({t['penalty_us']:+.2f} us against noise +-{t['noise_us']:.2f} us)")
+        return (
+            "no-penalty",
+            None,
+            (
+                f"{name}: the stock flush shows no measurable penalty here "
+                f"({t['penalty_us']:+.2f} us against noise +-{t['noise_us']:.2f} us)"
+            ),
+        )
     margin = t["share"] - PASS_SHARE
     removed = f"removed {t['share']:.0%} of the {t['penalty_us']:.2f} us stock penalty (needs {PASS_SHARE:.0%})"
     return ("pass" if margin >= 0 else "fail"), margin, f"{name}: {where}: {removed}"
@@ -134,8 +159,9 @@ def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
         reasons.extend(_why_not("triton", record))
 
     t = record["timings_us"]
-    state, margin, why = judge_timing("do_bench", t["do_bench"]["stock"], t["do_bench"][candidate],
-                                      t["reference"][candidate], t.get("rotating_graph"))
+    state, margin, why = judge_timing(
+        "do_bench", t["do_bench"]["stock"], t["do_bench"][candidate], t["reference"][candidate], t.get("rotating_graph")
+    )
     failed |= state == "fail"
     reasons.append(("FAIL: " if state == "fail" else "") + why)
     no_penalty = state == "no-penalty"
@@ -146,8 +172,9 @@ def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
         ok, why = flush_evidence(counts, target, candidate)
         failed |= not ok
         reasons.append(("" if ok else "FAIL: ") + why)
-        istate, imargin, iwhy = judge_timing("Inductor benchmark_gpu (min)", inductor["stock"], inductor[candidate],
-                                             t["reference_min"][candidate], None)
+        istate, imargin, iwhy = judge_timing(
+            "Inductor benchmark_gpu (min)", inductor["stock"], inductor[candidate], t["reference_min"][candidate], None
+        )
         failed |= istate == "fail"
         reasons.append(("FAIL: " if istate == "fail" else "") + iwhy)
         if imargin is not None and margin is not None:
@@ -162,11 +189,16 @@ def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
             stock = ncu.get("stock")
             bytes_ok = dirty <= NCU_DIRTY_MB
             failed |= not bytes_ok
-            reasons.append(("" if bytes_ok else "FAIL: ")
-                           + f"Nsight Compute: the timed GEMM writes {dirty:.3f} MB after this flush"
-                           + (f" (stock {stock:.2f} MB); " if stock is not None else "; ")
-                           + (f"at most {NCU_DIRTY_MB} MB is clean" if bytes_ok
-                              else f"more than {NCU_DIRTY_MB} MB is dirty write-back, whatever the timing says"))
+            reasons.append(
+                ("" if bytes_ok else "FAIL: ")
+                + f"Nsight Compute: the timed GEMM writes {dirty:.3f} MB after this flush"
+                + (f" (stock {stock:.2f} MB); " if stock is not None else "; ")
+                + (
+                    f"at most {NCU_DIRTY_MB} MB is clean"
+                    if bytes_ok
+                    else f"more than {NCU_DIRTY_MB} MB is dirty write-back, whatever the timing says"
+                )
+            )
 
     others = record["machine"].get("other_processes")
     if others:

@@ -24,8 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cleanflush",
         description="Make GPU kernel benchmarks start from a cold and clean L2. "
-                    f"{POLICY_VAR}=1 turns it on for a program and its children without a code change.",
-        epilog=EXIT_CODES)
+        f"{POLICY_VAR}=1 turns it on for a program and its children without a code change.",
+        epilog=EXIT_CODES,
+    )
     parser.add_argument("-V", "--version", action="version", version=f"cleanflush {cleanflush.__version__}")
     commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
     for module in COMMANDS.values():

@@ -14,9 +14,13 @@ EXIT_CODES = "exit codes: 0 success, 1 check failed, 2 usage error, 3 cannot run
 
 
 def json_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--json", nargs="?", const="-", metavar="PATH",
-                         help="the full record as JSON: alone, on stdout (everything else goes to stderr); "
-                              "with PATH, written there")
+    command.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="the full record as JSON: alone, on stdout (everything else goes to stderr); with PATH, written there",
+    )
 
 
 def output_problem(path: str | None, what: str = "--json") -> str | None:

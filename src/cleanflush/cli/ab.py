@@ -31,20 +31,29 @@ def positive(text: str) -> int:
 
 def add_parser(commands: Any) -> None:
     ab = commands.add_parser(
-        "ab", help="run a command with the stock flush and with a clean one; show which autotuning "
-                   "decisions the dirty flush changed",
+        "ab",
+        help="run a command with the stock flush and with a clean one; show which autotuning "
+        "decisions the dirty flush changed",
         description="Run COMMAND with the stock flush and with a clean policy (RUNS times each, interleaved), "
-                    "each run with fresh private Triton and Inductor caches so that it really tunes; record "
-                    "every autotuning decision (Triton's Autotuner, Inductor's max-autotune), workers included; "
-                    "report which decisions changed and what the stock pick costs by the clean timing.",
+        "each run with fresh private Triton and Inductor caches so that it really tunes; record "
+        "every autotuning decision (Triton's Autotuner, Inductor's max-autotune), workers included; "
+        "report which decisions changed and what the stock pick costs by the clean timing.",
         usage="cleanflush ab [--policy P] [--runs N] [--figure PNG] [--json [PATH]] [--keep DIR] -- COMMAND [ARGS...]",
-        epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted")
-    ab.add_argument("--policy", type=clean_policy, default=_env.DEFAULT_POLICY,
-                    help=f"the clean side: {' or '.join(CLEAN)} (default {_env.DEFAULT_POLICY})")
+        epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted",
+    )
+    ab.add_argument(
+        "--policy",
+        type=clean_policy,
+        default=_env.DEFAULT_POLICY,
+        help=f"the clean side: {' or '.join(CLEAN)} (default {_env.DEFAULT_POLICY})",
+    )
     ab.add_argument("--runs", type=positive, default=1, help="runs of each side, interleaved (default 1)")
     ab.add_argument("--figure", metavar="PNG", help="draw the comparison (needs matplotlib)")
-    ab.add_argument("--keep", metavar="DIR", help="keep each run's decisions and caches in DIR (default: a temp "
-                                                  "dir, removed at the end)")
+    ab.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep each run's decisions and caches in DIR (default: a temp dir, removed at the end)",
+    )
     json_option(ab)
     ab.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
@@ -65,7 +74,6 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"cleanflush ab: {problem}", file=sys.stderr)
         return EXIT_USAGE
     # with the JSON on stdout, the job's own output goes to stderr
-    result, code = _ab.run(command, args.policy, args.runs, args.figure, args.keep,
-                           job_stdout=text_stream(args.json))
+    result, code = _ab.run(command, args.policy, args.runs, args.figure, args.keep, job_stdout=text_stream(args.json))
     emit(result, _ab.format_report(result), args.json)
     return code

@@ -36,16 +36,27 @@ def command_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> lis
 
 def add_parser(commands: Any) -> None:
     run = commands.add_parser(
-        "run", help="run a command with cleanflush on, in it and every Python child",
+        "run",
+        help="run a command with cleanflush on, in it and every Python child",
         description="Check the policy, then replace this process with COMMAND, run with CLEANFLUSH set: "
-                    "every Python process it starts is patched from its first import of torch or triton.",
-        usage="cleanflush run [--policy P] [--report FILE] [--disable TARGETS] -- COMMAND [ARGS...]")
-    run.add_argument("--policy", type=policy_name, default=_env.DEFAULT_POLICY,
-                     help=f"{', '.join(_env.POLICIES)} (default {_env.DEFAULT_POLICY})")
-    run.add_argument("--report", metavar="FILE",
-                     help=f"each process that flushed appends a JSON line ({_env.REPORT_VAR})")
-    run.add_argument("--disable", type=target_names, metavar="TARGETS",
-                     help=f"comma-separated targets to keep stock: {', '.join(_registry.NAMES)} ({_env.DISABLE_VAR})")
+        "every Python process it starts is patched from its first import of torch or triton.",
+        usage="cleanflush run [--policy P] [--report FILE] [--disable TARGETS] -- COMMAND [ARGS...]",
+    )
+    run.add_argument(
+        "--policy",
+        type=policy_name,
+        default=_env.DEFAULT_POLICY,
+        help=f"{', '.join(_env.POLICIES)} (default {_env.DEFAULT_POLICY})",
+    )
+    run.add_argument(
+        "--report", metavar="FILE", help=f"each process that flushed appends a JSON line ({_env.REPORT_VAR})"
+    )
+    run.add_argument(
+        "--disable",
+        type=target_names,
+        metavar="TARGETS",
+        help=f"comma-separated targets to keep stock: {', '.join(_registry.NAMES)} ({_env.DISABLE_VAR})",
+    )
     run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 

@@ -28,15 +28,22 @@ PROBLEMS = ("unsupported", "failed")
 
 def add_parser(commands: Any) -> None:
     status = commands.add_parser(
-        "status", help="what a program started from this shell would get (no GPU needed)",
+        "status",
+        help="what a program started from this shell would get (no GPU needed)",
         description="What a Python program started from this shell would get: the policy CLEANFLUSH "
-                    "asks for, whether the autoload is installed in this interpreter, and per target the "
-                    "installed version, its state (patched, pending: patched when imported, disabled, "
-                    "unsupported, failed, absent, off) and why.")
+        "asks for, whether the autoload is installed in this interpreter, and per target the "
+        "installed version, its state (patched, pending: patched when imported, disabled, "
+        "unsupported, failed, absent, off) and why.",
+    )
     json_option(status)
-    status.add_argument("--check", nargs="?", const="all", metavar="TARGETS",
-                        help="exit 1 when the settings are invalid or a target cannot be patched; TARGETS "
-                             f"(comma-separated: {', '.join(_registry.NAMES)}) limits it to those")
+    status.add_argument(
+        "--check",
+        nargs="?",
+        const="all",
+        metavar="TARGETS",
+        help="exit 1 when the settings are invalid or a target cannot be patched; TARGETS "
+        f"(comma-separated: {', '.join(_registry.NAMES)}) limits it to those",
+    )
 
 
 def _autoload_file() -> str | None:
@@ -54,12 +61,16 @@ def programs_get(value: str | None) -> tuple[str | None, str]:
     except ValueError as exc:
         return None, f"INVALID: {exc}; programs keep the stock flush"
     if value is None or not value.strip():
-        return None, (f"{_env.POLICY_VAR} is unset: programs keep the stock flush unless they import "
-                      f"cleanflush (then {_env.DEFAULT_POLICY})")
+        return None, (
+            f"{_env.POLICY_VAR} is unset: programs keep the stock flush unless they import "
+            f"cleanflush (then {_env.DEFAULT_POLICY})"
+        )
     if chosen is None:
         return None, f"{_env.POLICY_VAR}={value}: off, even for programs that import cleanflush"
-    return chosen, (f"{_env.POLICY_VAR}={value}: every Python program started here, and its children, "
-                    f"flushes with {chosen} from its first import of torch or triton")
+    return chosen, (
+        f"{_env.POLICY_VAR}={value}: every Python program started here, and its children, "
+        f"flushes with {chosen} from its first import of torch or triton"
+    )
 
 
 def _probe(progress: bool) -> list[dict[str, Any]]:
@@ -80,9 +91,16 @@ def _probe(progress: bool) -> list[dict[str, Any]]:
                 try:
                     importlib.import_module(module)
                 except Exception as exc:  # a broken install is a finding, not a crash
-                    errors.append({"name": target.name, "target": module, "version": _targets.version(target),
-                                   "state": "failed", "patched": False,
-                                   "detail": f"installed, but the import failed: {exc!r}"})
+                    errors.append(
+                        {
+                            "name": target.name,
+                            "target": module,
+                            "version": _targets.version(target),
+                            "state": "failed",
+                            "patched": False,
+                            "detail": f"installed, but the import failed: {exc!r}",
+                        }
+                    )
                     break
     if progress:
         print(f"cleanflush status: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
@@ -101,9 +119,16 @@ def collect(progress: bool = False) -> dict[str, Any]:
     disabled = _env.parse_disabled(_env.AT_START[_env.DISABLE_VAR], _registry.NAMES)
     rows = [row.as_dict() for row in cleanflush.status()] + errors
     if off:  # what they would get is nothing; what is patchable stays in the detail
-        rows = [{**row, "state": "off", "patched": False,
-                 "detail": f"{_env.POLICY_VAR}={value} keeps it stock (with cleanflush on: {row['state']}, "
-                           f"{row['detail']})"} for row in rows]
+        rows = [
+            {
+                **row,
+                "state": "off",
+                "patched": False,
+                "detail": f"{_env.POLICY_VAR}={value} keeps it stock (with cleanflush on: {row['state']}, "
+                f"{row['detail']})",
+            }
+            for row in rows
+        ]
     return {
         "schema": SCHEMA,
         "cleanflush": cleanflush.__version__,
@@ -127,8 +152,12 @@ def problems(data: dict[str, Any], wanted: list[str] | None = None) -> list[str]
     rows = [t for t in data["targets"] if not wanted or t["name"] in wanted]
     found += [f"{t['target']}: {t['state']}: {t['detail']}" for t in rows if t["state"] in PROBLEMS]
     if wanted:
-        found += [f"{name}: {t['state']}: {t['detail']}" for name in wanted
-                  for t in rows if t["name"] == name and t["state"] in ("absent", "disabled", "off")]
+        found += [
+            f"{name}: {t['state']}: {t['detail']}"
+            for name in wanted
+            for t in rows
+            if t["name"] == name and t["state"] in ("absent", "disabled", "off")
+        ]
     elif not any(t["state"] in ("patched", "pending") for t in rows):
         found.append("no benchmarker here can be patched (is torch or triton installed?)")
     return found
@@ -142,9 +171,12 @@ def format_text(data: dict[str, Any]) -> str:
         f"environment  {data['programs_get']}",
         f"disabled     {disabled} ({_env.DISABLE_VAR})"
         + (f"; {data['disable_problem']}" if data["disable_problem"] else ""),
-        "autoload     " + (f"{pth}: wakes on the first import of torch or triton when {_env.POLICY_VAR} is set"
-                           if pth else f"cleanflush.pth not found in this interpreter: {_env.POLICY_VAR} does "
-                                       "nothing here"),
+        "autoload     "
+        + (
+            f"{pth}: wakes on the first import of torch or triton when {_env.POLICY_VAR} is set"
+            if pth
+            else f"cleanflush.pth not found in this interpreter: {_env.POLICY_VAR} does nothing here"
+        ),
         f"report       {data['environment'][_env.REPORT_VAR] or f'{_env.REPORT_VAR} unset'}",
         "",
     ]
@@ -176,7 +208,8 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     data["problems"] = problems(data, wanted)
     text = format_text(data)
     if args.check:
-        text += "\n\n" + ("check: FAIL\n" + "\n".join(f"  - {p}" for p in data["problems"])
-                          if data["problems"] else "check: OK")
+        text += "\n\n" + (
+            "check: FAIL\n" + "\n".join(f"  - {p}" for p in data["problems"]) if data["problems"] else "check: OK"
+        )
     emit(data, text, args.json)
     return EXIT_FAIL if args.check and data["problems"] else EXIT_OK

@@ -27,19 +27,30 @@ def _shape(text: str) -> tuple[int, int]:
 
 def add_parser(commands: Any) -> None:
     verify = commands.add_parser(
-        "verify", help="time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect",
+        "verify",
+        help="time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect",
         epilog="exit codes: 0 PASS or NO-PENALTY, 1 FAIL, 2 usage error, 3 cannot run here (no CUDA GPU, "
-               "no torch or triton)")
-    verify.add_argument("--shape", type=_shape, default=(4096, 4096), metavar="N,K",
-                        help="weight shape N,K of F.linear(x[1,K], W[N,K]) (default 4096,4096)")
+        "no torch or triton)",
+    )
+    verify.add_argument(
+        "--shape",
+        type=_shape,
+        default=(4096, 4096),
+        metavar="N,K",
+        help="weight shape N,K of F.linear(x[1,K], W[N,K]) (default 4096,4096)",
+    )
     verify.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="(default bfloat16)")
     verify.add_argument("--device", type=_non_negative, default=0, help="CUDA device index (default 0)")
     verify.add_argument("--rounds", type=positive, default=5, help="interleaved rounds (default 5)")
-    verify.add_argument("--ncu", action="store_true",
-                        help="also measure the timed GEMM's DRAM write bytes with Nsight Compute")
-    verify.add_argument("--controls", action="store_true",
-                        help="also time deliberately broken flushes, which must be judged FAIL, next to "
-                             "write-read and read, which must PASS: shows that the verdict means something here")
+    verify.add_argument(
+        "--ncu", action="store_true", help="also measure the timed GEMM's DRAM write bytes with Nsight Compute"
+    )
+    verify.add_argument(
+        "--controls",
+        action="store_true",
+        help="also time deliberately broken flushes, which must be judged FAIL, next to "
+        "write-read and read, which must PASS: shows that the verdict means something here",
+    )
     json_option(verify)
 
 
@@ -49,8 +60,16 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"cleanflush verify: {problem}", file=sys.stderr)
         return EXIT_USAGE
     n, k = args.shape
-    options = Options(n=n, k=k, dtype=args.dtype, device=args.device, rounds=args.rounds, ncu=args.ncu,
-                      controls=args.controls, json_path=args.json)
+    options = Options(
+        n=n,
+        k=k,
+        dtype=args.dtype,
+        device=args.device,
+        rounds=args.rounds,
+        ncu=args.ncu,
+        controls=args.controls,
+        json_path=args.json,
+    )
     start = time.perf_counter()
 
     def progress(step: str) -> None:
@@ -61,8 +80,11 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except CannotRun as exc:
         print(f"cleanflush verify: cannot run here: {exc}", file=sys.stderr)
         if args.json:
-            emit({"schema": verdict.SCHEMA, "result": "CANNOT-RUN", "reason": str(exc),
-                  "exit_code": EXIT_CANNOT_RUN}, "", args.json)
+            emit(
+                {"schema": verdict.SCHEMA, "result": "CANNOT-RUN", "reason": str(exc), "exit_code": EXIT_CANNOT_RUN},
+                "",
+                args.json,
+            )
         return EXIT_CANNOT_RUN
     if options.controls:
         judged = verdict.judge_controls(record)

@@ -9,7 +9,8 @@ harness's own code.  One instance per harness module, giving that patch module i
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import _flush, _patching
 from .._state import Site
@@ -23,8 +24,9 @@ class ModuleFunction:
     # what its status row says when patched, before the commit it was checked against
     PATCHED = "the flush its benchmarks call"
 
-    def __init__(self, name: str, module: str, attr: str, where: Where | None, checked: str,
-                 reexported_by: str | None = None) -> None:
+    def __init__(
+        self, name: str, module: str, attr: str, where: Where | None, checked: str, reexported_by: str | None = None
+    ) -> None:
         self.name = name  # the registry's name, and the label its flushes are counted under
         self.module, self.attr, self.where, self.checked = module, attr, where, checked
         # a module that star-imports the function (patched too: callers import it from there)
@@ -39,8 +41,11 @@ class ModuleFunction:
         try:
             where = self.where(args, kwargs)
         except Exception as exc:  # a call shape we do not know: the stock code with the caller's arguments
-            return _flush.fall_back(self.name, f"{self.target} was called in a way cleanflush does not know "
-                                    f"({exc!r})", lambda: wrapped(*args, **kwargs))
+            return _flush.fall_back(
+                self.name,
+                f"{self.target} was called in a way cleanflush does not know ({exc!r})",
+                lambda: wrapped(*args, **kwargs),
+            )
         if where is None:  # the harness asked for no flush
             return wrapped(*args, **kwargs)
         device, written = where

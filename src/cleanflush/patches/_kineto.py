@@ -13,7 +13,8 @@ ask for by ``'reduce'``), the stock benchmark runs, said once.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import _flush
 from .._policy import current_policy
@@ -49,8 +50,14 @@ class BenchKineto(ModuleFunction):
 
     PATCHED = "the read runs between its 8 GB write and each call"
 
-    def __init__(self, name: str, module: str, checked: str, reexported_by: str | None = None,
-                 device: Callable[[], Any] = cuda_device) -> None:
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        checked: str,
+        reexported_by: str | None = None,
+        device: Callable[[], Any] = cuda_device,
+    ) -> None:
         super().__init__(name, module, "bench_kineto", None, checked, reexported_by)
         self.device = device
 
@@ -59,8 +66,9 @@ class BenchKineto(ModuleFunction):
 
     def _stock(self, why: str, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The whole benchmark stock (its flushes cannot be counted one by one)."""
-        return _flush.fall_back(self.name, f"{self.target} runs stock: {why}", lambda: wrapped(*args, **kwargs),
-                                counted=False)
+        return _flush.fall_back(
+            self.name, f"{self.target} runs stock: {why}", lambda: wrapped(*args, **kwargs), counted=False
+        )
 
     def _wrapper(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
@@ -77,15 +85,21 @@ class BenchKineto(ModuleFunction):
         names = (names,) if isinstance(names, str) else names
         clash = [name for name in names or () if isinstance(name, str) and name in _flush.READ_KERNEL]
         if clash:
-            return self._stock(f"the read kernel {_flush.READ_KERNEL} would match kernel name "
-                               f"{clash[0]!r}", wrapped, args, kwargs)
+            return self._stock(
+                f"the read kernel {_flush.READ_KERNEL} would match kernel name {clash[0]!r}", wrapped, args, kwargs
+            )
         try:
             device = self.device()
             sweep = _flush.prepare(device).sweep
         except Exception as exc:  # no CUDA device, or no read buffer: the benchmark as it was
             return self._stock(f"no read buffer ({exc})", wrapped, args, kwargs)
         if sweep is None and device.type == "cuda":
-            return self._stock(f"the read kernel {_flush.READ_KERNEL} is unavailable, and torch's sum "
-                               "would be picked by kernel-name filters", wrapped, args, kwargs)
+            return self._stock(
+                f"the read kernel {_flush.READ_KERNEL} is unavailable, and torch's sum "
+                "would be picked by kernel-name filters",
+                wrapped,
+                args,
+                kwargs,
+            )
         given["fn"] = clean_fn(given["fn"], device, self.name)
         return wrapped(*call.args, **call.kwargs)

@@ -15,8 +15,9 @@ allocations pass through untouched.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .. import _flush
 from .._state import STATE, Site, record, warn_once

@@ -7,8 +7,13 @@ loop: nothing to fix there.
 
 from __future__ import annotations
 
+from .._registry import name_of
 from ._kineto import BenchKineto
 
-TARGET = BenchKineto("deep-gemm", "deep_gemm.testing.bench",
-                     "checked against DeepGEMM 54e2261's layout", reexported_by="deep_gemm.testing")
+TARGET = BenchKineto(
+    name_of(__name__),
+    "deep_gemm.testing.bench",
+    "checked against DeepGEMM 54e2261's layout",
+    reexported_by="deep_gemm.testing",
+)
 apply, revert = TARGET.apply, TARGET.revert

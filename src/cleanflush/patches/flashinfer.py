@@ -19,11 +19,12 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
+from .._registry import name_of
 from .._state import Site, record
 from . import _local_buffer
 from ._kineto import BenchKineto
 
-NAME = "flashinfer"  # its registry name
+NAME = name_of(__name__)
 MODULE = "flashinfer.testing.utils"
 REEXPORTS = "flashinfer.testing"
 TIMERS = ("bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cupti")
@@ -35,7 +36,7 @@ _kineto = BenchKineto(NAME, MODULE, CHECKED)
 def _is_flush_buffer(tensor: Any) -> bool:
     import torch
 
-    return tensor.dim() == 1 and tensor.dtype == torch.int8
+    return bool(tensor.dim() == 1 and tensor.dtype == torch.int8)
 
 
 def _flush_asked(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -24,15 +24,16 @@ from __future__ import annotations
 import functools
 import sys
 from contextvars import ContextVar
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import wrapt
 
 from .. import _flush, _patching
+from .._registry import name_of
 from .._state import Site, warn_once
 from . import triton as triton_patch
 
-NAME = "inductor"  # its registry name
+NAME = name_of(__name__)
 BENCHMARKING = "torch._inductor.runtime.benchmarking"
 UTILS = "torch._inductor.utils"
 PROFILER = "torch.autograd.profiler"
@@ -85,7 +86,7 @@ def upstream_default(module: str, name: str) -> str:
     return str(getattr(sys.modules.get(module), name, lambda: "cuda")())
 
 
-@functools.lru_cache(maxsize=None)  # the same wrapper at every install: a re-install wraps it again
+@functools.cache  # the same wrapper at every install: a re-install wraps it again
 def _benchmark(target: str, written: int | None, default: tuple[str, str]) -> _patching.Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         token = _active.set(_Site(target, written, kwargs.get("device_type"), default))
@@ -97,7 +98,7 @@ def _benchmark(target: str, written: int | None, default: tuple[str, str]) -> _p
     return wrapper
 
 
-class _ReadBeforeStart(wrapt.ObjectProxy):  # type: ignore[misc]
+class _ReadBeforeStart(wrapt.ObjectProxy):  # type: ignore[type-arg]
     """A start event whose ``record()`` first enqueues the clean read."""
 
     def __init__(self, event: Any, device: Any, site: _Site) -> None:
@@ -115,8 +116,11 @@ def _get_event_pairs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
     if site is None:
         return pairs
     if not isinstance(pairs, list) or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
-        warn_once(f"pairs:{site.target}", f"{site.target}: get_event_pairs returned {type(pairs).__name__}, "
-                  "not a list of (start, end) pairs; its stock flush is kept")
+        warn_once(
+            f"pairs:{site.target}",
+            f"{site.target}: get_event_pairs returned {type(pairs).__name__}, "
+            "not a list of (start, end) pairs; its stock flush is kept",
+        )
         return pairs
     device = _device_or_warn(site, kwargs.get("device_type", site.device_type))
     if device is None:
@@ -159,8 +163,9 @@ def _apply_benchmarking(module: Any) -> list[Site]:
     elif "benchmark_gpu" in vars(inductor) and "get_event_pairs" in vars(inductor):
         patches.wrap(inductor, "get_event_pairs", _get_event_pairs)
         patches.wrap(inductor, "benchmark_gpu", _benchmark(target, None, default))
-        found = [Site(target, "patched", f"read after the inline L2-sized zero_(), before each start event; "
-                                         f"{_READ_NOTE}")]
+        found = [
+            Site(target, "patched", f"read after the inline L2-sized zero_(), before each start event; {_READ_NOTE}")
+        ]
     else:
         found = [_unsupported(target, "no get_event_pairs/benchmark_gpu on InductorBenchmarker")]
 
@@ -173,8 +178,13 @@ def _apply_benchmarking(module: Any) -> list[Site]:
         _patch_record_function()
         written = ROCM_PROFILER_WRITE if torch.version.hip else None
         patches.wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written, default))
-        found.append(Site(target, "patched", f"read after the inline zero_(), outside the profiled {region!r} "
-                                             f"region; {_READ_NOTE}"))
+        found.append(
+            Site(
+                target,
+                "patched",
+                f"read after the inline zero_(), outside the profiled {region!r} region; {_READ_NOTE}",
+            )
+        )
     else:
         found.append(_unsupported(target, "unknown TorchProfilerBenchmarker layout"))
     return found
@@ -185,15 +195,27 @@ def _apply_utils(module: Any) -> list[Site]:
     region = getattr(module, "_DO_BENCH_PROFILE_EVENT_NAME", None)
     if "_do_bench_using_profiling" in vars(module) and region:
         _patch_record_function()
-        _patching.patch_set(NAME).wrap(module, "_do_bench_using_profiling", _benchmark(
-            target, PROFILING_WRITE, (module.__name__, "get_gpu_type")))
+        _patching.patch_set(NAME).wrap(
+            module, "_do_bench_using_profiling", _benchmark(target, PROFILING_WRITE, (module.__name__, "get_gpu_type"))
+        )
         return [Site(target, "patched", f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")]
     if "_do_bench_using_profiling" in vars(module):
-        return [_unsupported(target, "this torch's _do_bench_using_profiling has no named profiler region "
-                                     "to put the read in front of (torch 2.13 has one)", known=True)]
+        return [
+            _unsupported(
+                target,
+                "this torch's _do_bench_using_profiling has no named profiler region "
+                "to put the read in front of (torch 2.13 has one)",
+                known=True,
+            )
+        ]
     if hasattr(module, "do_bench_using_profiling"):
-        return [_unsupported(target, "torch < 2.10 inlines the flush in do_bench_using_profiling, "
-                                     "which call sites import by name", known=True)]
+        return [
+            _unsupported(
+                target,
+                "torch < 2.10 inlines the flush in do_bench_using_profiling, which call sites import by name",
+                known=True,
+            )
+        ]
     return []
 
 
@@ -215,5 +237,11 @@ def derived() -> list[Site]:
     if not hasattr(sys.modules.get(BENCHMARKING), "TritonBenchmarker"):
         return []
     state = triton_patch.do_bench_state()
-    return [Site("TritonBenchmarker.benchmark_gpu", state, "flushes through triton.testing.do_bench: "
-                 + ("patched there" if state == "patched" else "its flush is not patched"))]
+    return [
+        Site(
+            "TritonBenchmarker.benchmark_gpu",
+            state,
+            "flushes through triton.testing.do_bench: "
+            + ("patched there" if state == "patched" else "its flush is not patched"),
+        )
+    ]

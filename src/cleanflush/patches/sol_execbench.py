@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._registry import name_of
 from ._function import ModuleFunction
 
 
@@ -18,6 +19,11 @@ def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
     return cache.device, cache.numel() * cache.element_size()
 
 
-TARGET = ModuleFunction("sol-execbench", "sol_execbench.core.bench.timing", "_clear_cache",
-                        _where, "checked against SOL-ExecBench 2f55c0f's layout")
+TARGET = ModuleFunction(
+    name_of(__name__),
+    "sol_execbench.core.bench.timing",
+    "_clear_cache",
+    _where,
+    "checked against SOL-ExecBench 2f55c0f's layout",
+)
 apply, revert = TARGET.apply, TARGET.revert

@@ -16,9 +16,10 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
+from .._registry import name_of
 from .._state import Site
 
-NAME = "tilelang"  # its registry name
+NAME = name_of(__name__)
 # The modules whose benchmark calls the helpers as its globals.  Not where 0.1.15 defines
 # them (torch_bench): bench copies them at import, so a wrapper there would be copied too
 # and could not be taken back off bench on uninstall.
@@ -32,7 +33,7 @@ def _helper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str
     except (TypeError, ValueError):  # a call the signature rejects: the stock code's own error
         return wrapped(*args, **kwargs)
     cache = call.arguments.get("cache")
-    if not _is_tensor(cache):  # no cache argument, or not a tensor: say so, run it stock
+    if not _is_tensor(cache) or cache is None:  # no cache argument, or not a tensor: say so, run it stock
         why = f"{wrapped.__name__} got no cache tensor (got {type(cache).__name__})"
         return _flush.fall_back(NAME, why, lambda: wrapped(*args, **kwargs), counted=False)
     call.arguments["cache"] = _flush.flushing_tensor(cache, NAME)
@@ -55,11 +56,21 @@ def apply() -> list[Site]:
         for name in names:
             patches.wrap(module, name, _helper)
         if names:
-            found.append(Site(f"{module_name}._bench_with_*", "patched",
-                              f"the cache tensor its {', '.join(names)} zero is the flush"))
+            found.append(
+                Site(
+                    f"{module_name}._bench_with_*",
+                    "patched",
+                    f"the cache tensor its {', '.join(names)} zero is the flush",
+                )
+            )
     if loaded and not list(patches):
-        found.append(Site("tilelang.profiler", "unsupported", f"none of {', '.join(MODULES)} has a timing helper "
-                          "that takes the cache; stock flush kept"))
+        found.append(
+            Site(
+                "tilelang.profiler",
+                "unsupported",
+                f"none of {', '.join(MODULES)} has a timing helper that takes the cache; stock flush kept",
+            )
+        )
     return found
 
 

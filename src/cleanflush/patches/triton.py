@@ -25,10 +25,11 @@ import sys
 from typing import Any
 
 from .. import _flush, _patching
+from .._registry import name_of
 from .._state import Site, State, TargetStatus, sites
 from . import _local_buffer
 
-NAME = "triton"  # its registry name
+NAME = name_of(__name__)
 DO_BENCH = "triton.testing.do_bench"
 _IMPORTABLE = (
     ("triton.backends.nvidia.driver", "CudaDriver"),
@@ -85,15 +86,24 @@ def patch_class(label: str, cls: type) -> Site:
     if clear_owner is not None and empty_owner is not None:
         patches.wrap(clear_owner, "clear_cache", _clear_cache)
         patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
-        detail = ("do_bench, autotuner and Proton helpers flush through it; harnesses that zero "
-                  "its cache tensor directly (tritonbench, Helion) flush through that tensor")
+        detail = (
+            "do_bench, autotuner and Proton helpers flush through it; harnesses that zero "
+            "its cache tensor directly (tritonbench, Helion) flush through that tensor"
+        )
         return Site(target, "patched", detail)
     if empty_owner is not None:
         patches.wrap(empty_owner, "get_empty_cache_for_benchmark", _get_empty_cache)
-        return Site(f"{label}.get_empty_cache_for_benchmark", "patched",
-                    "triton 3.2 layout: do_bench's inline zero_() runs the flush")
-    return Site(target, "unsupported", "this driver has neither clear_cache nor get_empty_cache_for_benchmark "
-                "(triton < 3.2 flushes inline in do_bench); stock flush kept")
+        return Site(
+            f"{label}.get_empty_cache_for_benchmark",
+            "patched",
+            "triton 3.2 layout: do_bench's inline zero_() runs the flush",
+        )
+    return Site(
+        target,
+        "unsupported",
+        "this driver has neither clear_cache nor get_empty_cache_for_benchmark "
+        "(triton < 3.2 flushes inline in do_bench); stock flush kept",
+    )
 
 
 def apply() -> list[Site]:
@@ -108,10 +118,16 @@ def apply() -> list[Site]:
         return [Site(DO_BENCH, "pending", "triton 3.0-3.1 layout: patched when triton.testing is imported")]
     if _has_inline_flush(vars(testing).get("do_bench")):
         _patching.patch_set(NAME).wrap(testing, "do_bench", _do_bench)
-        return [Site(DO_BENCH, "patched", "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through "
-                     "the flush")]
-    return [Site(DO_BENCH, "unsupported", "neither the driver nor triton.testing.do_bench has a flush cleanflush "
-                 "knows; stock flush kept")]
+        return [
+            Site(DO_BENCH, "patched", "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush")
+        ]
+    return [
+        Site(
+            DO_BENCH,
+            "unsupported",
+            "neither the driver nor triton.testing.do_bench has a flush cleanflush knows; stock flush kept",
+        )
+    ]
 
 
 def _has_inline_flush(do_bench: Any) -> bool:
@@ -127,7 +143,9 @@ def _is_do_bench_buffer(tensor: Any) -> bool:
     import torch
 
     return tensor.dim() == 1 and (tensor.dtype, tensor.numel()) in (
-        (torch.int32, int(256e6 // 4)), (torch.int8, int(256e6)))
+        (torch.int32, int(256e6 // 4)),
+        (torch.int8, int(256e6)),
+    )
 
 
 def _do_bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -159,5 +177,10 @@ def derived() -> list[Site]:
         return []
     drivers = [row for row in sites(NAME) if row.target != DO_BENCH]
     state = _state_of(drivers) if drivers else "unsupported"  # 3.0-3.1: do_bench is, the driver is not
-    return [Site("triton.testing." + " / ".join(proton), state,
-                 "flushes through the driver's clear_cache" if state == "patched" else "the driver is not patched")]
+    return [
+        Site(
+            "triton.testing." + " / ".join(proton),
+            state,
+            "flushes through the driver's clear_cache" if state == "patched" else "the driver is not patched",
+        )
+    ]

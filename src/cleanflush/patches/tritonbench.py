@@ -20,9 +20,10 @@ from typing import Any
 
 from .. import _patching
 from .._flush import READ_KERNEL
+from .._registry import name_of
 from .._state import Site
 
-NAME = "tritonbench"  # its registry name
+NAME = name_of(__name__)
 MODULE = "tritonbench.components.do_bench.run"
 TARGET = f"{MODULE} profiler timer"
 
@@ -61,8 +62,14 @@ def apply() -> list[Site]:
             patches.replace(module, "CACHE_CLEAR_KERNEL", AlsoTheRead(module.CACHE_CLEAR_KERNEL))
         detail = "its profiler timer drops the read kernel as it drops the stock fill (CACHE_CLEAR_KERNEL)"
     else:
-        return [Site(TARGET, "unsupported", "no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel in this tritonbench; "
-                     "its profiler timer counts the read")]
+        return [
+            Site(
+                TARGET,
+                "unsupported",
+                "no CACHE_CLEAR_KERNEL or _is_cache_clear_kernel in this tritonbench; "
+                "its profiler timer counts the read",
+            )
+        ]
     return [Site(TARGET, "patched", detail)]
 
 

@@ -1,0 +1,115 @@
+"""The package's shape, as rules a change cannot break unnoticed: no import cycle (lazy imports
+included), every broad ``except`` says why, every patch module loads without torch or triton
+and takes its name from the registry."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cleanflush import _registry
+
+from .conftest import run_python
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules of src/ it imports, anywhere in its body."""
+    mods = modules()
+    graph = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    deps.add(full if full in mods else target)
+            elif isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+        graph[name] = {d for d in deps if d in mods and d != name}
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph``, or None."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                return path[path.index(dep) :] + [dep]
+            if dep not in state and (found := visit(dep, path + [dep])):
+                return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [node])):
+            return found
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert "cleanflush._flush" in graph and "cleanflush._registry" in graph
+    assert cycle(graph) is None
+
+
+def test_the_cycle_finder_finds_one():
+    # negative control: the check above could not fail if this did not
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+BROAD = re.compile(r"except (Exception|BaseException)\b.*:")
+
+
+def unexplained_broad_excepts(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if BROAD.search(line) and "#" not in line]
+
+
+def test_every_broad_except_says_why_on_its_line():
+    found = {str(path.relative_to(SRC)): unexplained_broad_excepts(path.read_text()) for path in SRC.rglob("*.py")}
+    assert {path: lines for path, lines in found.items() if lines} == {}
+    assert unexplained_broad_excepts("try:\n    x()\nexcept Exception:\n    pass\n") == ["except Exception:"]
+
+
+@pytest.mark.parametrize("target", _registry.TARGETS, ids=_registry.NAMES)
+def test_each_patch_module_names_itself_through_the_registry(target):
+    module = importlib.import_module(target.module)
+    name = getattr(module, "NAME", None) or module.TARGET.name
+    assert name == target.name
+    assert target.apply == f"{target.module}:apply" and callable(module.apply)
+    assert target.revert == f"{target.module}:revert" and callable(module.revert)
+
+
+def test_patch_modules_and_the_package_load_without_torch_or_triton():
+    child = run_python(f"""
+        import importlib, json, sys
+        sys.modules["torch"] = sys.modules["triton"] = None  # importing either raises
+        loaded = [importlib.import_module(m).__name__ for m in {[t.module for t in _registry.TARGETS]!r}]
+        import cleanflush.cli
+        print(json.dumps(loaded))
+        """)
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout) == [t.module for t in _registry.TARGETS]
