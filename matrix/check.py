@@ -12,7 +12,7 @@ warnings.simplefilter("ignore")
 record = {"python": sys.version.split()[0], "errors": []}
 
 import cleanflush  # noqa: E402
-from cleanflush.patches import inductor as inductor_patch  # noqa: E402
+from cleanflush import _patching as patching  # noqa: E402
 from cleanflush.patches import triton as triton_patch  # noqa: E402
 
 MODULES = ("triton", "triton.testing", "torch._inductor.runtime.benchmarking", "torch._inductor.utils")
@@ -43,7 +43,7 @@ class Ops(TorchFunctionMode):
 
 
 # 1. every patched attribute is restored exactly, and wrapped again on install
-patches = list(triton_patch._patches) + list(inductor_patch._patches)
+patches = list(patching.patch_set("triton")) + list(patching.patch_set("inductor"))
 originals = [(p.owner, p.name, p.original) for p in patches]
 record["patched_attributes"] = sorted(
     f"{getattr(o, '__qualname__', getattr(o, '__name__', o))}.{n}" for o, n, _ in originals
@@ -58,7 +58,6 @@ from cleanflush import _flush  # noqa: E402
 
 _flush.prepare(torch.device("cpu"))
 sequences = {}
-patching = triton_patch._patching
 for label, cls in triton_patch.driver_classes():
     clear_owner = patching.defining_class(cls, "clear_cache")
     empty_owner = patching.defining_class(cls, "get_empty_cache_for_benchmark")
@@ -140,7 +139,7 @@ if testing is not None and patching.our_patch(testing, "do_bench"):
         torch.empty, torch.cuda.synchronize, torch.cuda.Event = real
 benchmarking = sys.modules.get("torch._inductor.runtime.benchmarking")
 bench_cls = getattr(benchmarking, "InductorBenchmarker", None)
-if bench_cls is not None and inductor_patch._patching.our_patch(bench_cls, "benchmark_gpu"):
+if bench_cls is not None and patching.our_patch(bench_cls, "benchmark_gpu"):
     import inspect
 
     if "device_type" in inspect.signature(bench_cls.benchmark_gpu).parameters:
@@ -166,9 +165,9 @@ warnings.simplefilter("ignore")
 for m in %r:
     try: importlib.import_module(m)
     except Exception: pass
-from cleanflush.patches import inductor, triton
+from cleanflush._patching import patch_set
 print(json.dumps(sorted(f"{getattr(p.owner, '__qualname__', getattr(p.owner, '__name__', p.owner))}.{p.name}"
-                        for p in list(triton._patches) + list(inductor._patches))))
+                        for p in list(patch_set("triton")) + list(patch_set("inductor")))))
 """ % (MODULES,)
 env = dict(os.environ, CLEANFLUSH="1")
 child = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=600)

@@ -36,7 +36,9 @@ PAIRINGS |= {
 
 COLUMNS = {
     "triton flush": lambda t: (
-        t["package"] == "triton" and ("nvidia" in t["target"] or t["target"] == "triton.testing.do_bench")
+        # "name" since the target registry; "package" in the records made before it
+        t.get("name", t.get("package")) == "triton"
+        and ("nvidia" in t["target"] or t["target"] == "triton.testing.do_bench")
     ),
     "InductorBenchmarker": lambda t: t["target"] == "InductorBenchmarker.benchmark_gpu",
     "TorchProfilerBenchmarker": lambda t: t["target"] == "TorchProfilerBenchmarker.benchmark_gpu",
