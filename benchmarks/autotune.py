@@ -1,4 +1,4 @@
-"""Study 5: which config an autotuner picks, under each timer.
+"""Which config an autotuner picks, under each timer.
 
 A Triton GEMV with an INT8 weight and one scale per row (benchmarks/int8_gemv.py) over a
 sweep of block sizes and warps, against cuBLAS BF16 on the same layer.  Every config is

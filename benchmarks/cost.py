@@ -1,4 +1,4 @@
-"""Study 3: what each policy costs, and how steady one do_bench call is under it.
+"""What each policy costs, and how steady one do_bench call is under it.
 
 Per flush (stock = cleanflush uninstalled, then each policy), interleaved over rounds:
 

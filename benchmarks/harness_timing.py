@@ -34,9 +34,9 @@ Run on a GPU with CLEANFLUSH=1 (the autoload patches the harnesses as they are i
 
     PYTHONPATH=ext CLEANFLUSH=1 python benchmarks/harness_timing.py
 
-H200 results: results/h200/2026-12-01-harnesses-run34.txt (KernelBench 423217d, DeepEP
-dd758ca, SOL-ExecBench 8d2237d, flashinfer-python 0.7.4, DeepGEMM 54e2261, tilelang 0.1.15,
-triton 3.1.0; earlier runs: 2026-11-30-harnesses-kernelbench-deepep.txt, 2026-12-01-harnesses-run31.txt).
+H200 results: the table in docs/harnesses.md (KernelBench 423217d, DeepEP dd758ca,
+SOL-ExecBench 8d2237d, flashinfer-python 0.7.4, DeepGEMM 54e2261, tilelang 0.1.15, triton
+3.1.0).
 """
 
 import importlib
@@ -45,7 +45,7 @@ import statistics
 import warnings
 
 # the kernel-only timers profile: let Kineto detach CUPTI after each session, or every later
-# launch in this process is slower (pytorch/pytorch#144455; benchmarks/notes.md run 35)
+# launch in this process is slower (pytorch/pytorch#144455)
 os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 import torch  # noqa: E402

@@ -1,5 +1,5 @@
 """A Triton GEMV with an INT8 weight and one float32 scale per output row (y = (W x) * s),
-the kernel of study 5 and the Python-launched kernel of study 4."""
+the kernel of the autotune study and the Python-launched kernel of the latency study."""
 
 from __future__ import annotations
 

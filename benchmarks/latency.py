@@ -1,4 +1,4 @@
-"""Study 4: is each flush long enough to hide the host's enqueue of the timed call?
+"""Launch latency: is each flush long enough to hide the host's enqueue of the timed call?
 
 An event loop like do_bench's (flush through Triton's ``clear_cache``, start event, call, end
 event), for a cuBLAS GEMM and for a Triton kernel launched from Python.  Each flush is timed
@@ -7,7 +7,7 @@ touches no memory) so that the host has queued the start event and the call long
 the GPU reaches them.  The difference is launch latency leaking into the timed region.
 
 Flushes: stock (cleanflush uninstalled), each policy, and two controls that are not
-policies: a read of 2 x L2 alone (short: the flush the write-up first tried) and the stock
+policies: a read of 2 x L2 alone (short: the first fix tried) and the stock
 flush followed by a host synchronize (the GPU idles while the host enqueues).
 """
 

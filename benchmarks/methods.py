@@ -1,4 +1,4 @@
-"""Study 2: timing methods side by side, for the five one-row Llama 3.1 8B shapes.
+"""Timing methods side by side, for the five one-row Llama 3.1 8B shapes.
 
 Each of ``PROCESSES`` independent processes measures every shape with every method,
 interleaved over ``ROUNDS`` rounds; the parent pools the per-call statistics and reports

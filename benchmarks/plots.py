@@ -66,7 +66,7 @@ def writeback(directory: Path) -> Path:
     fig.suptitle(
         _title(
             meta,
-            f"Study 1: one-row BF16 GEMM {meta['shape'][0]}x{meta['shape'][1]} after a zero_ flush "
+            f"One-row BF16 GEMM {meta['shape'][0]}x{meta['shape'][1]} after a zero_ flush "
             f"(dirty capacity {meta['dirty_capacity_mb']:.1f} MB)",
         ),
         fontsize=9,
@@ -100,9 +100,7 @@ def methods(directory: Path) -> Path:
     ax.set_ylabel("time / rotating-weight graph (median, IQR bars)")
     ax.set_ylim(0.6, None)
     ax.legend(fontsize=7, ncol=3)
-    fig.suptitle(
-        _title(meta, f"Study 2: timing methods, {meta['processes']} processes x {meta['rounds']} rounds"), fontsize=9
-    )
+    fig.suptitle(_title(meta, f"Timing methods, {meta['processes']} processes x {meta['rounds']} rounds"), fontsize=9)
     return _save(fig, directory / "methods.png")
 
 
@@ -130,7 +128,7 @@ def cost(directory: Path) -> Path:
         ax.plot([i + 0.1] * len(mine), [r["event_loop_us"] for r in mine], "x", alpha=0.6, color=f"C{i}")
     ax.set_xticks(range(len(flushes)), flushes, fontsize=8)
     ax.set_title(f"{shape}: each do_bench call (o), event loop (x), us", fontsize=9)
-    fig.suptitle(_title(meta, f"Study 3: what each flush costs ({meta['rounds']} rounds)"), fontsize=9)
+    fig.suptitle(_title(meta, f"What each flush costs ({meta['rounds']} rounds)"), fontsize=9)
     return _save(fig, directory / "cost.png")
 
 
@@ -151,7 +149,7 @@ def latency(directory: Path) -> Path:
     ax.set_ylabel("timed - timed with GPU held busy (us)")
     ax.legend(fontsize=8)
     fig.suptitle(
-        _title(meta, "Study 4: launch latency that leaks into the timed region, per flush (flush GPU time)"), fontsize=9
+        _title(meta, "Launch latency that leaks into the timed region, per flush (flush GPU time)"), fontsize=9
     )
     return _save(fig, directory / "latency.png")
 
@@ -200,7 +198,7 @@ def autotune(directory: Path) -> Path:
             fontsize=8,
         )
         ax.legend(fontsize=7)
-    fig.suptitle(_title(meta, "Study 5: autotuning an INT8 GEMV against cuBLAS under each timer"), fontsize=9)
+    fig.suptitle(_title(meta, "Autotuning an INT8 GEMV against cuBLAS under each timer"), fontsize=9)
     return _save(fig, directory / "autotune.png")
 
 

@@ -1,4 +1,4 @@
-"""Study 1: the write-back a timed GEMM pays, against the size of the zero_ flush before it.
+"""The write-back a timed GEMM pays, against the size of the zero_ flush before it.
 
 For X in 0..256 MiB: clean L2 (a 256 MiB read), zero_ X MiB, then the timed one-row GEMM
 inside an NVTX range.  Nsight Compute (``--cache-control none --clock-control none``,
@@ -83,7 +83,7 @@ def split_cases(
 
 
 def run(out: Path, shapes: list[tuple[int, int]] | None = None) -> Path:
-    """Study 1 for the first of ``shapes`` (default: 4096 x 4096)."""
+    """The write-back study for the first of ``shapes`` (default: 4096 x 4096)."""
     from cleanflush import _measure
 
     n, k = (shapes or [(4096, 4096)])[0]

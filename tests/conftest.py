@@ -11,7 +11,7 @@ import cleanflush
 from cleanflush import _state
 
 pytest_plugins = ["pytester"]
-if "mutmut" in sys.modules:  # a mutation run: let the children see the mutants (README)
+if "mutmut" in sys.modules:  # a mutation run: let the children see the mutants (docs/development.md)
     pytest_plugins.append("tests.mutation.plugin")
 
 

@@ -25,7 +25,7 @@ def child_policy():
 
 
 def test_default_is_the_specified_write_then_read_everywhere():
-    # the specification: import, install(), CLEANFLUSH=1/on all mean write-read
+    # the default everywhere: import, install(), CLEANFLUSH=1/on all mean write-read
     assert cleanflush.current_policy() == "write-read"
     assert os.environ["CLEANFLUSH"] == "write-read"
     for env in ({}, {"CLEANFLUSH": "1"}, {"CLEANFLUSH": "on"}):

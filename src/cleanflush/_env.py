@@ -31,7 +31,7 @@ DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
 VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR)
 
 POLICIES = ("write-read", "read", "write")
-# The specification's default: the stock write, then a clean read (docs/policies.md has the
+# The default: the stock write, then a clean read (docs/decisions/default-policy.md has the
 # trade-off against `read`).
 DEFAULT_POLICY = "write-read"
 

@@ -4,7 +4,7 @@ Why a read: a write (``zero_``) leaves L2 full of dirty lines, and the timed ker
 for writing them back to HBM.  Reading a region that is disjoint from those lines and at
 least 2 x L2 evicts them before the timer starts and leaves only clean lines behind.
 
-Rules the code below keeps (measured on an H200, see README):
+Rules the code below keeps (measured on an H200, docs/policies.md):
 
 * The read sums a float32 buffer of our own.  Summing the int32 flush buffer would widen
   it to int64 through a temporary that dirties L2 again, and re-reading the lines just

@@ -26,7 +26,7 @@ REFERENCE_READ_BYTES = 256 * MiB  # the reference read: at least this, and at le
 def one_row_gemm(
     n: int = 4096, k: int = 4096, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cuda"
 ) -> tuple[Callable[[], Any], torch.Tensor, torch.Tensor]:
-    """The write-up's kernel: F.linear with one input row and an N x K weight."""
+    """The one-row GEMM: F.linear with one input row and an N x K weight."""
     weight = torch.randn(n, k, device=device, dtype=dtype)
     x = torch.randn(1, k, device=device, dtype=dtype)
     return (lambda: torch.nn.functional.linear(x, weight)), x, weight

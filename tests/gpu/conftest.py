@@ -7,8 +7,8 @@ from cleanflush import _state
 
 # Some GPU tests trace kernels with torch's profiler.  Kineto leaves CUPTI attached after a
 # profiler session unless TEARDOWN_CUPTI=1 (pytorch/pytorch#144455), which slows every later
-# launch: the timing tests that ran after a profiling test read do_bench at +62% under both
-# flushes in runs 32 and 34 (benchmarks/notes.md).  Read by Kineto when a session ends.
+# launch: timing tests that ran after a profiling test read do_bench at +62% under both
+# flushes.  Read by Kineto when a profiling session ends.
 os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 

@@ -134,7 +134,7 @@ def test_multi_device_autotune_children_flush_cleanly(tmp_path):
 
 
 def test_max_autotune_with_cuda_graph_trees_runs_under_the_clean_flush(tmp_path):
-    # Regression (run 18): the first flush of this job runs while Inductor's CUDA-graph trees
+    # Regression: the first flush of this job runs while Inductor's CUDA-graph trees
     # route the thread's allocations into a graph pool; a read buffer allocated there failed
     # the compiled function ("2 tensor(s) in the cudagraph pool not tracked as outputs").
     job = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "jobs", "decode_max_autotune.py")

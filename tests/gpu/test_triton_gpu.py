@@ -29,7 +29,7 @@ def paired(gemm, rounds=9):
     """Per policy, the median over rounds of do_bench under it divided by the plain read-loop
     reference measured right after it (its own buffer and torch.sum: no cleanflush code).
     Pairing matters on these machines: a GPU state that lasts a few hundred ms moves a call
-    and the one after it alike (benchmarks/results/h200/README.md, study 3)."""
+    and the one after it alike (benchmarks/results/h200/README.md, what each policy costs)."""
     ratios = {policy: [] for policy in cleanflush.POLICIES}
     for _ in range(rounds):
         for policy in cleanflush.POLICIES:
@@ -202,7 +202,7 @@ def test_a_timer_that_keeps_cache_zero_measures_clean(gemm):
     """Judged on the timer's own number and on the GEMM's kernels inside its graph (a Kineto
     trace of one replay).  Runs 28-34 had the timer charge the patched flushes ~2 us of idle
     time between kernels; that was CUPTI left attached by an earlier profiling test (see
-    conftest.py, TEARDOWN_CUPTI), with the GEMM's kernels clean all along (run 31)."""
+    conftest.py, TEARDOWN_CUPTI), with the GEMM's kernels clean all along."""
     # the clean reference in the same timer: a plain sum of a 256 MiB buffer of its own (no
     # cleanflush code), so the GEMM follows as much DRAM traffic as after a clean flush
     buffer = torch.ones(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")

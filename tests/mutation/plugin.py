@@ -1,5 +1,5 @@
 """Lets mutmut see what the tests' child interpreters do (loaded by tests/conftest.py only
-under mutmut; see README "Mutation testing").
+under mutmut; see docs/development.md, "Mutation testing").
 
 A quarter of the suite starts fresh interpreters (autoload, CLI, import orders, reports).
 Out of the box those children import the editable install in src/, not mutmut's mutated
