@@ -44,11 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
         methods.worker(args.shapes, args.rounds)
         return 0
-    out = args.out or RESULTS / _gpu_folder()
     if args.study == "plot":
-        from . import plots
-
-        return 0 if plots.plot_all(out) else 1
+        return _plot(args.out, parser)
+    out = args.out or RESULTS / _gpu_folder()
 
     import cleanflush
 
@@ -81,6 +79,30 @@ def main(argv: list[str] | None = None) -> int:
             progress("matplotlib is not installed: no figure (python -m benchmarks plot draws them later)")
     progress(f"done in {time.perf_counter() - t0:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+def _plot(out: Path | None, parser: argparse.ArgumentParser) -> int:
+    """Redraw the figures of one results folder, in that folder; no GPU needed."""
+    folders = sorted(str(p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p)
+                     for p in RESULTS.iterdir() if p.is_dir())
+    if out is None:
+        parser.error(f"plot redraws the figures of one results folder, in place: name it with --out "
+                     f"(one of: {', '.join(folders)})")
+    assert out is not None
+    if not out.is_dir():
+        parser.error(f"--out {str(out)!r} is not a folder (results folders: {', '.join(folders)})")
+    from . import plots
+
+    try:
+        drawn = plots.plot_all(out)
+    except ImportError:
+        print('python -m benchmarks plot: needs matplotlib (pip install -e ".[bench]")', file=sys.stderr)
+        return 2
+    for path in drawn:
+        print(f"drew {path}")
+    if not drawn:
+        print(f"python -m benchmarks plot: no study results (*.json) in {out}", file=sys.stderr)
+    return 0 if drawn else 1
 
 
 def _gpu_folder() -> str:

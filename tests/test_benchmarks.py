@@ -148,3 +148,21 @@ def test_controls_summary_counts_wrong_verdicts():
     assert "1 wrong verdicts of 4" in text and "run 2: control: stock write judged PASS" in text
     row = next(line for line in text.splitlines() if line.startswith("control: stock write"))
     assert "+0.10" in row and "11.000-11.000" in row  # the tightest margin is the wrong one
+
+
+def test_plot_names_the_results_folder_it_needs():
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "plot"], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert (
+        out.returncode == 2
+        and "name it with --out (one of: benchmarks/results/cpu, benchmarks/results/h200)" in out.stderr
+    )
+    missing = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "plot", "--out", "no/such/folder"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert missing.returncode == 2 and "is not a folder" in missing.stderr

@@ -58,3 +58,77 @@ def test_bad_option_is_a_usage_error_naming_the_policies(pytester):
 def test_not_loaded_without_being_asked(pytester):
     pytester.makepyfile(test_plain="import sys\ndef test_x():\n    assert 'cleanflush' not in sys.modules\n")
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_cleanflush_0_keeps_the_plugin_off(pytester, monkeypatch):
+    monkeypatch.setenv("CLEANFLUSH", "0")
+    pytester.makepyfile(
+        test_off="""
+        import cleanflush
+        def test_off():
+            assert not cleanflush.is_installed() and cleanflush.current_policy() == "write"
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    "marker",
+    ['cleanflush("fast")', "cleanflush()", 'cleanflush("read", "write")', "cleanflush(3)", 'cleanflush(policy="read")'],
+)
+def test_a_misused_marker_is_a_usage_error_before_any_test(pytester, marker):
+    pytester.makepyfile(
+        test_marked=f"""
+        import pytest
+        def test_first():
+            pass
+        @pytest.mark.{marker}
+        def test_marked():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.assert_outcomes()  # nothing ran, not even the test before it
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "test_marked" in errors[0] and "write-read, read, write" in errors[0]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_an_indirect_parameter_that_is_no_policy_is_a_usage_error(pytester):
+    pytester.makepyfile(
+        test_param="""
+        import pytest
+        @pytest.mark.parametrize("cleanflush_policy", ["read", ""], indirect=True)
+        def test_ab(cleanflush_policy):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cleanflush_policy parameter '' is not a policy; valid: write-read, read, write*"])
+
+
+def test_the_innermost_choice_wins(pytester):
+    pytester.makepyfile(
+        test_precedence=BODY.split("def test_default")[0]
+        + """
+pytestmark = pytest.mark.cleanflush("read")
+
+@pytest.mark.parametrize("cleanflush_policy", ["write", "write-read"], indirect=True)
+def test_the_parameter_over_the_module_marker(cleanflush_policy):
+    assert flush_ran() == [cleanflush_policy]
+
+def test_the_module_marker_over_the_option():
+    assert flush_ran() == ["read"]
+
+@pytest.mark.cleanflush("write")
+def test_the_test_marker_over_the_module_marker(cleanflush_policy):
+    assert cleanflush_policy == "write" and flush_ran() == ["write"]
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "cleanflush.pytest_plugin", "-p", "no:cacheprovider", "--cleanflush", "write"
+    )
+    result.assert_outcomes(passed=4)

@@ -62,9 +62,19 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     """Everything an option needs, checked before the first run."""
     if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
         return f"--keep {args.keep!r} is a file, not a directory"
-    if args.figure and importlib.util.find_spec("matplotlib") is None:
+    problem = output_problem(args.json) or output_problem(args.figure, "--figure")
+    if problem is None and args.figure and importlib.util.find_spec("matplotlib") is None:
         return "--figure needs matplotlib (pip install matplotlib)"
-    return output_problem(args.json) or output_problem(args.figure, "--figure")
+    return problem
+
+
+def _cuda_here() -> str | bool:
+    """True, or why this machine has no CUDA device for the job (said before the runs)."""
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed here"
+    import torch
+
+    return True if torch.cuda.is_available() else "no CUDA device here (torch.cuda.is_available() is False)"
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -73,6 +83,11 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if problem:
         print(f"cleanflush ab: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    gpu = _cuda_here()
+    if gpu is not True:
+        print(
+            f"cleanflush ab: {gpu}: the job runs on what it finds, and little autotunes without a GPU", file=sys.stderr
+        )
     # with the JSON on stdout, the job's own output goes to stderr
     result, code = _ab.run(command, args.policy, args.runs, args.figure, args.keep, job_stdout=text_stream(args.json))
     emit(result, _ab.format_report(result), args.json)
