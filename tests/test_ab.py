@@ -4,6 +4,8 @@ cache isolation, and the whole command end to end."""
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -154,6 +156,8 @@ def test_report_says_when_nothing_changed_and_when_nothing_was_tuned():
         "policy": "write-read",
         "runs": 1,
         "run_codes": [],
+        "skipped_lines": [],
+        "interrupted": False,
         "comparison": _ab.compare(same, same),
     }
     assert "the dirty flush did not change any decision here" in _ab.format_report(result)
@@ -429,3 +433,105 @@ def test_a_choice_without_a_description_is_named_by_its_kind():
         name = "extern_mm_3"
 
     assert decisions.choice_label(Bare()) == "extern_mm"
+
+
+# An A/B run survives whatever its job writes or however it dies.
+
+
+def ab_main(*args, env=None, timeout=300):
+    """`cleanflush ab ARGS` in a fresh process, with the environment of this one."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
+    return subprocess.run(
+        [sys.executable, "-m", "cleanflush", "ab", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**clean, **(env or {})},
+    )
+
+
+WRITES = """
+import json, os, sys
+stock = os.environ["CLEANFLUSH"] == "write"
+line = {"kind": "triton", "op": "k", "key": "256", "winner": "a" if stock else "b",
+        "timings_ms": {"a": 1.0, "b": 2.0 if stock else 0.5, "bad": float("inf")}}
+with open(os.environ["CLEANFLUSH_DECISIONS"], "a") as f:
+    f.write(json.dumps(line) + "\\n")
+    f.write(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        '{"kind": "triton", "op": "k", "ke',
+        "not json at all\n",
+        "[1, 2, 3]\n",
+        '{"kind": "triton"}\n',
+        '{"kind": "triton", "op": 1, "key": "x", "winner": "a", "timings_ms": {}}\n',
+    ],
+)
+def test_bad_decision_lines_are_skipped_and_named_and_every_run_finishes(tmp_path, garbage):
+    out = ab_main("--runs", "2", "--json", "--", sys.executable, "-c", WRITES, garbage)
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)  # strict JSON: no NaN, no Infinity
+    assert [r["code"] for r in record["run_codes"]] == [0, 0, 0, 0]
+    assert len(record["skipped_lines"]) == 4 and all(":2: skipped, " in line for line in record["skipped_lines"])
+    [changed] = record["comparison"]["changed"]
+    assert (changed["stock_winner"], changed["clean_winner"]) == ("a", "b")
+    assert set(changed["timings_ms"]) == {"a", "b"}  # the failed config times nothing
+    assert out.stderr.count("skipped, ") == 4
+
+
+def test_the_inf_of_a_failed_config_never_reaches_a_ratio():
+    for text in (
+        '{"kind":"t","op":"o","key":"k","winner":"a","timings_ms":{"a":1.0,"b":Infinity}}',
+        '{"kind":"t","op":"o","key":"k","winner":"a","timings_ms":{"a":1.0,"b":NaN}}',
+    ):
+        d = _ab.decision(text)
+        assert d["timings_ms"] == {"a": 1.0} and d["failed_choices"] == ["b"]
+
+
+def test_a_kept_folder_never_lends_a_run_another_runs_decisions(tmp_path):
+    keep = tmp_path / "runs"
+    first = ab_main("--keep", str(keep), "--json", "--", sys.executable, "-c", WRITES, "")
+    assert len(json.loads(first.stdout)["comparison"]["decisions"]) == 1
+    quiet = ab_main("--keep", str(keep), "--json", "--", sys.executable, "-c", "pass")  # the job changed
+    assert json.loads(quiet.stdout)["comparison"]["decisions"] == []
+    assert not (keep / "run1-write" / "decisions.jsonl").exists()
+
+
+def test_no_temporary_folder_is_left_behind(tmp_path):
+    before = set(tmp_path.iterdir())
+    out = ab_main("--", sys.executable, "-c", "pass", env={"TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert set(tmp_path.iterdir()) == before
+
+
+def test_ctrl_c_stops_the_job_and_reports_what_it_has(tmp_path):
+    import signal
+    import time
+
+    started = tmp_path / "started"
+    # a job that dies of SIGINT as a shell command does, without a traceback of its own
+    job = (
+        f"import pathlib, signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        f"pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cleanflush", "ab", "--", sys.executable, "-c", job],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    assert "interrupted: 0 of 1 pairs of runs compared" in stdout

@@ -11,7 +11,9 @@ autotuning workers included.  ``compare`` needs no GPU.
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,11 +41,40 @@ def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
     }
 
 
-def read_decisions(path: str) -> list[dict[str, Any]]:
+def decision(line: str) -> dict[str, Any]:
+    """One decisions-file line, checked; ValueError saying what is wrong with it.  Timings
+    that are not finite (Triton and Inductor time a config that failed as ``inf``) are left
+    out: they time nothing."""
+    d = json.loads(line)
+    if not isinstance(d, dict):
+        raise ValueError(f"not a JSON object but {type(d).__name__}")
+    missing = [k for k in ("kind", "op", "key", "timings_ms", "winner") if k not in d]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}")
+    timings = d["timings_ms"]
+    if not isinstance(timings, dict) or not all(isinstance(t, (int, float)) for t in timings.values()):
+        raise ValueError("timings_ms is not a mapping of choices to numbers")
+    if not all(isinstance(d[k], str) for k in ("kind", "op", "key")) or not isinstance(d["winner"], (str, type(None))):
+        raise ValueError("kind, op, key or winner is not a string")
+    finite = {label: float(t) for label, t in timings.items() if math.isfinite(t)}
+    return {**d, "timings_ms": finite, "failed_choices": sorted(set(timings) - set(finite))}
+
+
+def read_decisions(path: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The decisions a run recorded, and one line for each line of the file that is not one
+    (a worker killed mid-write leaves a torn line): those are skipped, the rest are kept."""
     if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [], []
+    found, bad = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                found.append(decision(line))
+            except ValueError as exc:  # json's own errors are ValueErrors too
+                bad.append(f"{path}:{number}: skipped, {exc}"[:300])
+    return found, bad
 
 
 def _key(d: dict[str, Any]) -> tuple[str, str, str]:
@@ -160,6 +191,10 @@ def format_report(result: dict[str, Any]) -> str:
     failed = [r for r in result["run_codes"] if r["code"] != 0]
     for r in failed:
         lines.append(f"run {r['index']} ({r['policy']}) exited with code {r['code']}")
+    if result["skipped_lines"]:
+        lines.append(f"decision lines skipped (not decisions): {len(result['skipped_lines'])}")
+    if result["interrupted"]:
+        lines.append(f"interrupted: {result['runs_compared']} of {result['runs']} pairs of runs compared")
     return "\n".join(lines)
 
 
@@ -208,16 +243,22 @@ def run(
     keep: str | None = None,
     job_stdout: Any = None,
 ) -> tuple[dict[str, Any], int]:
-    """Run ``command`` ``runs`` times under each flush, interleaved; return (record, exit code)."""
+    """Run ``command`` ``runs`` times under each flush, interleaved; return (record, exit code).
+
+    Each run's folder (``runN-SIDE`` in ``keep``, or in a temporary folder removed at the end)
+    starts empty, so a kept folder never lends a run another run's decisions.  Ctrl-C stops
+    the job and ends with what the finished runs recorded (exit code 130).
+    """
     base = {k: v for k, v in os.environ.items() if k not in (POLICY_VAR, DECISIONS_VAR)}
     work = keep or tempfile.mkdtemp(prefix="cleanflush-ab-")
     sides: dict[str, list[list[dict[str, Any]]]] = {STOCK: [], policy: []}
-    codes = []
-    index = 0
-    for _ in range(runs):
-        for side in (STOCK, policy):
-            index += 1
+    codes: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    interrupted = False
+    try:
+        for index, side in enumerate([s for _ in range(runs) for s in (STOCK, policy)], 1):
             folder = os.path.join(work, f"run{index}-{side}")
+            shutil.rmtree(folder, ignore_errors=True)
             print(f"cleanflush ab: run {index} of {2 * runs}: {side}", file=sys.stderr, flush=True)
             try:
                 code = subprocess.run(command, env=run_env(base, side, folder), stdout=job_stdout).returncode
@@ -225,18 +266,33 @@ def run(
                 print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
                 code = 127
             codes.append({"index": index, "policy": side, "code": code})
-            sides[side].append(read_decisions(os.path.join(folder, "decisions.jsonl")))
+            found, bad = read_decisions(os.path.join(folder, "decisions.jsonl"))
+            sides[side].append(found)
+            skipped += bad
+            for line in bad:
+                print(f"cleanflush ab: {line}", file=sys.stderr)
+    except KeyboardInterrupt:  # subprocess.run has killed the job: report the runs that finished
+        interrupted = True
+        print("cleanflush ab: interrupted; the report covers the runs that finished", file=sys.stderr)
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    done = min(len(sides[STOCK]), len(sides[policy]))  # a side without its pair is left out
     result: dict[str, Any] = {
         "schema": SCHEMA,
         "command": command,
         "policy": policy,
         "runs": runs,
-        "work_dir": work,
+        "runs_compared": done,
+        "interrupted": interrupted,
+        "work_dir": keep,
         "run_codes": codes,
-        "comparison": compare(sides[STOCK], sides[policy]),
+        "skipped_lines": skipped,
+        "comparison": compare(sides[STOCK][:done], sides[policy][:done]),
     }
     if figure:
         problem = draw(result, figure)
         result["figure"] = problem or figure
-    failed = any(c["code"] != 0 for c in codes)
-    return result, 1 if failed else 0
+    if interrupted:
+        return result, 130
+    return result, 1 if any(c["code"] != 0 for c in codes) else 0
