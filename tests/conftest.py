@@ -14,6 +14,9 @@ pytest_plugins = ["pytester"]
 if "mutmut" in sys.modules:  # a mutation run: let the children see the mutants (docs/development.md)
     pytest_plugins.append("tests.mutation.plugin")
 
+# Tests that read the source text (layout rules): under mutmut that text holds every mutant.
+reads_the_source = pytest.mark.skipif("mutmut" in sys.modules, reason="reads src/, which holds the mutants here")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     try:

@@ -2,6 +2,8 @@ import pytest
 
 from cleanflush import _env
 
+from .conftest import reads_the_source
+
 
 @pytest.mark.parametrize(
     "value, policy",
@@ -53,6 +55,7 @@ def test_an_unknown_disabled_name_is_named_and_the_valid_ones_still_apply():
     assert _env.parse_disabled("triton", ("triton",)).problem(("triton",)) is None
 
 
+@reads_the_source
 def test_the_variables_are_named_once():
     # every CLEANFLUSH_* literal in src/ sits in _env (the boot module and .pth excepted: they
     # run before cleanflush can be imported)

@@ -14,7 +14,7 @@ import pytest
 
 from cleanflush import _registry
 
-from .conftest import run_python
+from .conftest import reads_the_source, run_python
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
@@ -69,6 +69,7 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@reads_the_source
 def test_the_import_graph_has_no_cycle():
     graph = import_graph()
     assert "cleanflush._flush" in graph and "cleanflush._registry" in graph
@@ -88,6 +89,7 @@ def unexplained_broad_excepts(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if BROAD.search(line) and "#" not in line]
 
 
+@reads_the_source
 def test_every_broad_except_says_why_on_its_line():
     found = {str(path.relative_to(SRC)): unexplained_broad_excepts(path.read_text()) for path in SRC.rglob("*.py")}
     assert {path: lines for path, lines in found.items() if lines} == {}
