@@ -83,11 +83,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _plot(out: Path | None, parser: argparse.ArgumentParser) -> int:
     """Redraw the figures of one results folder, in that folder; no GPU needed."""
-    folders = sorted(str(p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p)
-                     for p in RESULTS.iterdir() if p.is_dir())
+    folders = sorted(
+        str(p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p) for p in RESULTS.iterdir() if p.is_dir()
+    )
     if out is None:
-        parser.error(f"plot redraws the figures of one results folder, in place: name it with --out "
-                     f"(one of: {', '.join(folders)})")
+        parser.error(
+            f"plot redraws the figures of one results folder, in place: name it with --out "
+            f"(one of: {', '.join(folders)})"
+        )
     assert out is not None
     if not out.is_dir():
         parser.error(f"--out {str(out)!r} is not a folder (results folders: {', '.join(folders)})")

@@ -56,3 +56,21 @@ def boot():
         _import_cleanflush()
     else:
         sys.meta_path.insert(0, _WakeOnImport)
+
+
+def adopt(value):
+    """Unpickled in a multiprocessing child before its target runs (cleanflush._children):
+    the child runs under the ``CLEANFLUSH`` value its parent had when it started it, whatever
+    the start method (a forkserver's children otherwise get the server's)."""
+    try:
+        if value is None:
+            os.environ.pop("CLEANFLUSH", None)
+        else:
+            os.environ["CLEANFLUSH"] = value
+        targets = sys.modules.get("cleanflush._targets")
+        if targets is not None:  # loaded already: the server imported torch or triton
+            targets.adopt(value)
+        else:
+            boot()
+    except Exception as exc:  # pragma: no cover - defensive: never break the child's start
+        print(f"cleanflush: could not take the parent's policy ({exc!r})", file=sys.stderr)

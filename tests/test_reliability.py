@@ -4,6 +4,9 @@ fresh interpreter where the finding needed one."""
 
 import inspect
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -243,3 +246,191 @@ def test_disable_with_an_unknown_name_names_it_once_and_the_valid_ones_still_app
     assert len(lines) == 1, child.stderr
     assert "unknown targets foo (ignored); valid targets: triton, inductor" in lines[0]
     assert lines[0].startswith("<string>:1: RuntimeWarning"), lines  # at the user's import, not in importlib
+
+
+# Fork- and thread-safe state, and children of every start method (each in a fresh interpreter).
+
+CHILD_MODULE = """
+import os
+
+def report(queue):
+    import triton  # noqa: F401  (wakes the autoload where cleanflush is not loaded yet)
+    import cleanflush
+    queue.put((os.environ.get("CLEANFLUSH"), cleanflush.current_policy()))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_process_started_inside_a_block_runs_under_the_blocks_policy(tmp_path, method):
+    (tmp_path / "childmod.py").write_text(CHILD_MODULE)
+    child = run_python(f"""
+        import multiprocessing, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import childmod, cleanflush
+        ctx = multiprocessing.get_context({method!r})
+        def start():
+            queue = ctx.Queue()
+            p = ctx.Process(target=childmod.report, args=(queue,))
+            p.start()
+            got = queue.get(timeout=120)
+            p.join()
+            return got
+        outside = start()  # a forkserver starts here, outside any block
+        with cleanflush.policy("read"):
+            inside = start()
+        with cleanflush.policy("write"):
+            other = start()
+        print(outside, inside, other)
+        """)
+    assert child.returncode == 0, child.stderr[-2000:]
+    expected = "('write-read', 'write-read') ('read', 'read') ('write', 'write')"
+    assert child.stdout.strip() == expected, child.stderr[-2000:]
+
+
+def test_a_fork_while_another_thread_holds_the_policy_lock_does_not_hang():
+    child = run_python(
+        """
+        import os, threading, cleanflush
+        stop = threading.Event()
+        def churn():
+            while not stop.is_set():
+                with cleanflush.policy("read"):
+                    pass
+        thread = threading.Thread(target=churn)
+        thread.start()
+        hung = 0
+        for _ in range(40):
+            pid = os.fork()
+            if pid == 0:
+                with cleanflush.policy("write"):  # takes the locks the other thread may have held
+                    pass
+                os._exit(0 if os.environ["CLEANFLUSH"] == "write-read" else 3)
+            for _ in range(200):  # up to 10 s
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                threading.Event().wait(0.05)
+            else:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                hung += 1
+                continue
+            assert os.waitstatus_to_exitcode(status) == 0, status
+        stop.set()
+        thread.join()
+        print("hung", hung)
+        """,
+        args=("-W", "ignore::DeprecationWarning"),
+    )  # fork with threads: Python 3.12+ warns
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip() == "hung 0"
+
+
+def test_install_from_many_threads_at_once_wraps_once():
+    child = run_python(
+        """
+        import os, threading, torch, triton
+        os.environ["CLEANFLUSH"] = "0"
+        import cleanflush  # off: nothing installed yet
+        del os.environ["CLEANFLUSH"]
+        barrier = threading.Barrier(8)
+        def install():
+            barrier.wait()
+            cleanflush.install()
+        threads = [threading.Thread(target=install) for _ in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        cls = triton.backends.backends["nvidia"].driver
+        fn, depth = vars(cls)["clear_cache"], 0
+        while hasattr(fn, "__wrapped__"):
+            fn, depth = fn.__wrapped__, depth + 1
+        object.__new__(cls).clear_cache(torch.zeros(16, dtype=torch.int32))
+        print(depth, cleanflush.flush_counts())
+        """,
+        args=("-W", "error"),
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "1 {('triton', 'write-read'): 1}"
+
+
+def test_a_block_in_a_generator_closed_in_another_thread_ends_for_its_own_thread():
+    def gen():
+        with cleanflush.policy("read"):
+            yield cleanflush.current_policy()
+
+    g = gen()
+    assert next(g) == "read" and cleanflush.current_policy() == "read"
+    closer = threading.Thread(target=g.close)
+    closer.start()
+    closer.join()
+    assert cleanflush.current_policy() == "write-read"
+
+
+def test_a_block_in_an_async_generator_ends_when_it_is_finalised():
+    import asyncio
+
+    closed = []
+
+    async def gen():
+        try:
+            with cleanflush.policy("write"):
+                yield 1
+                yield 2
+        finally:
+            closed.append(True)
+
+    async def main():
+        async for _ in gen():
+            break  # asyncio finalises the generator later, in a task of its own
+        for _ in range(20):
+            if closed:
+                break
+            await asyncio.sleep(0)
+        return closed, cleanflush.current_policy(), os.environ["CLEANFLUSH"]
+
+    assert asyncio.run(main()) == ([True], "write-read", "write-read")
+
+
+REPORTING = """
+import multiprocessing, os, sys, torch, triton, cleanflush
+torch.set_num_threads(1)  # CPU torch's OpenMP pool hangs in a forked child (the read is a sum on CPU)
+driver = object.__new__(triton.backends.backends["nvidia"].driver)
+def flush(n):
+    for _ in range(n):
+        driver.clear_cache(torch.zeros(16, dtype=torch.int32))
+def worker(n):
+    flush(n)
+if __name__ == "__main__":
+    os.chdir(sys.argv[1])  # the report stays where it was named when the process started
+    flush(3)
+    pid = os.fork()
+    if pid == 0:
+        flush(2)
+        sys.exit(0)  # a plain fork child: its own 2, not the parent's 3 again
+    os.waitpid(pid, 0)
+    for method in ("fork", "forkserver"):  # workers that end with os._exit
+        p = multiprocessing.get_context(method).Process(target=worker, args=(4,))
+        p.start()
+        p.join()
+"""
+
+
+def test_one_report_line_per_process_with_its_own_flushes_at_the_path_named_at_start(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(REPORTING)
+    elsewhere = tmp_path / "sub"
+    elsewhere.mkdir()
+    out = subprocess.run(
+        [sys.executable, str(script), str(elsewhere)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CLEANFLUSH": "1", "CLEANFLUSH_REPORT": "report.jsonl"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert not (elsewhere / "report.jsonl").exists()
+    lines = [json.loads(line) for line in (tmp_path / "report.jsonl").read_text().splitlines()]
+    counts = sorted(line["flushes"]["triton | write-read"] for line in lines)
+    assert counts == [2, 3, 4, 4], lines
+    assert len({line["pid"] for line in lines}) == 4

@@ -82,5 +82,7 @@ def register() -> None:
     """Called once per process, at the first install."""
     if PATH is None:
         return
+    # children started after an os.chdir write to the same file: they get the absolute path
+    os.environ[_env.REPORT_VAR] = PATH
     atexit.register(write)
     wrapt.register_post_import_hook(_on_multiprocessing, MP_UTIL)

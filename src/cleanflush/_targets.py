@@ -17,7 +17,7 @@ from typing import Any
 
 import wrapt
 
-from . import _decisions, _env, _policy, _report
+from . import _children, _decisions, _env, _policy, _report
 from ._registry import NAMES, TARGETS, Target
 from ._state import STATE, Site, State, TargetStatus, record, warn_once
 
@@ -118,6 +118,7 @@ def install(policy: str | None, source: str) -> bool:
     # Hooks run outside our lock: they may fire inside another thread's import.
     if first_install:
         _report.register()
+        _children.register()
         for target in TARGETS:
             hook = _hook(target)
             for module in target.triggers:
@@ -129,6 +130,8 @@ def install(policy: str | None, source: str) -> bool:
         if any(module in sys.modules for module in target.triggers):
             apply(target)
     _decisions.apply()
+    if "multiprocessing.process" in sys.modules:
+        _children.apply()
     return True
 
 
@@ -141,8 +144,23 @@ def uninstall() -> bool:
         for target in TARGETS:
             revert(target)
         _decisions.revert()
+        _children.revert()
         _policy.export(False, STATE.env_before_install)
     return True
+
+
+def adopt(value: str | None) -> None:
+    """In a multiprocessing child whose cleanflush was loaded before it started (forked from a
+    server that had it): run under the parent's ``CLEANFLUSH`` value from now on."""
+    try:
+        policy = _env.parse_policy(value)
+    except ValueError:
+        return  # an invalid value was said where it was set; the child keeps what it has
+    if policy is None:
+        uninstall()
+    elif STATE.installed:
+        _policy.set_default(policy)
+        _policy.export(True, policy)
 
 
 def rows(target: Target) -> list[TargetStatus]:
