@@ -245,7 +245,8 @@ def test_disable_with_an_unknown_name_names_it_once_and_the_valid_ones_still_app
     lines = [line for line in child.stderr.splitlines() if "CLEANFLUSH_DISABLE" in line]
     assert len(lines) == 1, child.stderr
     assert "unknown targets foo (ignored); valid targets: triton, inductor" in lines[0]
-    assert lines[0].startswith("<string>:1: RuntimeWarning"), lines  # at the user's import, not in importlib
+    if "mutmut" not in sys.modules:  # there, mutmut's trampolines are frames between cleanflush's own
+        assert lines[0].startswith("<string>:1: RuntimeWarning"), lines  # at the user's import, not in importlib
 
 
 # Fork- and thread-safe state, and children of every start method (each in a fresh interpreter).
