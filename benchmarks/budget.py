@@ -9,6 +9,7 @@ same in every candidate); sizes follow the device's L2:
   write-read   write 256 MiB, read 2 x L2 of a separate buffer       (0.1.0's default)
   budget       write 256 MiB - 2 x L2, read 2 x L2                    (the stock bytes in total)
   half         write 128 MiB, read 128 MiB                            (the stock bytes in total)
+  small        write 2 x L2, read 2 x L2                              (the stock flush's time)
   read         read 256 MiB                                           (the read policy)
 
 The reference shares no code with any of them: a float32 ``sum()`` of a 256 MiB buffer of
@@ -35,7 +36,7 @@ from typing import Any
 from .common import LLAMA_SHAPES, MiB, Results, central_mean, flush_time_us, progress
 
 ROUNDS = 4
-CANDIDATES = ("stock", "write-read", "budget", "half", "read", "reference")
+CANDIDATES = ("stock", "write-read", "budget", "half", "small", "read", "reference")
 STOCK_BYTES = 256 * MiB
 
 
@@ -46,6 +47,7 @@ def sizes(l2: int) -> dict[str, tuple[int, int]]:
         "write-read": (STOCK_BYTES, 2 * l2),
         "budget": (STOCK_BYTES - 2 * l2, 2 * l2),
         "half": (STOCK_BYTES // 2, STOCK_BYTES // 2),
+        "small": (2 * l2, 2 * l2),
         "read": (0, STOCK_BYTES),
     }
 
