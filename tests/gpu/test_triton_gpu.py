@@ -27,34 +27,42 @@ def gemm():
 
 def paired(gemm, rounds=9):
     """Per policy, the median over rounds of do_bench under it divided by the plain read-loop
-    reference measured right after it (its own buffer and torch.sum: no cleanflush code).
-    Pairing matters on these machines: a GPU state that lasts a few hundred ms moves a call
-    and the one after it alike (benchmarks/results/h200/README.md, what each policy costs)."""
+    reference measured right after it (its own buffer and torch.sum: no cleanflush code), and
+    the median do_bench itself.  Pairing matters on these machines: a GPU state that lasts a
+    few hundred ms moves a call and the one after it alike (benchmarks/results/h200/README.md,
+    what each policy costs)."""
     ratios = {policy: [] for policy in cleanflush.POLICIES}
+    times = {policy: [] for policy in cleanflush.POLICIES}
     for _ in range(rounds):
         for policy in cleanflush.POLICIES:
             with cleanflush.policy(policy):
                 measured = central_mean(triton.testing.do_bench(gemm, return_mode="all")) * 1e3
             reference = central_mean(_measure.read_flush_reference(gemm, 1000))
             ratios[policy].append(measured / reference)
+            times[policy].append(measured)
     for name, values in ratios.items():
         print(f"{name:10s} / reference, rounds: " + " ".join(f"{v:.3f}" for v in values))
     result = {name: _measure.median(values) for name, values in ratios.items()}
     print("\n" + "  ".join(f"{k}={v:.3f}" for k, v in result.items()), "x reference,", torch.cuda.get_device_name())
-    return result
+    return result, {name: _measure.median(values) for name, values in times.items()}
 
 
 def test_do_bench_clean_under_each_policy(gemm):
-    ratio = paired(gemm)
+    ratio, us = paired(gemm)
+    # the floor no clean flush can beat: the weight cold in every call and no launch gaps
+    graph = 1e3 * _measure.median(_measure.rotating_weight_graph(N, K, replays=10))
+    print(f"do_bench (us): {us}; rotating-weight graph {graph:.2f} us")
     stock = ratio["write"]
     assert stock >= 1.10, ratio  # the stock penalty is there to remove
-    # the same bar as `cleanflush verify`: a clean flush removes >= 60% of the penalty
+    # the same bars as `cleanflush verify`: a clean flush removes >= 60% of the penalty and
+    # is not faster than the rotating-weight graph.  (The plain-sum reference is no floor:
+    # it allocates and launches two kernels per call, and on a slower host it sat 5-6% above
+    # both the stock and the clean flushes in every round.)
     for policy in ("write-read", "read"):
         removed = (stock - ratio[policy]) / (stock - 1)
         print(f"{policy}: removed {removed:.0%} of the stock penalty")
         assert removed >= 0.6, ratio
-        assert ratio[policy] >= 0.95, ratio  # not faster than clean: nothing stayed warm
-    assert abs(ratio["read"] - 1) <= 0.03, ratio
+        assert us[policy] >= graph, (us, graph)  # nothing stayed warm in L2
 
 
 @pytest.mark.parametrize("policy", cleanflush.POLICIES)
