@@ -130,3 +130,12 @@ def test_a_later_apply_replaces_the_rows_it_recorded_before():
     _state.record("triton", _state.Site("stale site", "patched", "from an earlier layout"))
     _targets.apply(TRITON)
     assert "stale site" not in rows()
+
+
+def test_a_name_disabled_before_a_reinstall_is_put_back_stock(monkeypatch):
+    cls = triton.backends.backends["nvidia"].driver
+    stock = vars(cls)["clear_cache"].__wrapped__
+    monkeypatch.setenv("CLEANFLUSH_DISABLE", "triton")
+    cleanflush.install()  # installed already: applies again, now disabled
+    assert vars(cls)["clear_cache"] is stock
+    assert {r.state for r in cleanflush.status() if r.name == "triton"} == {"disabled"}

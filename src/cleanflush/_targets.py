@@ -65,6 +65,8 @@ def apply(target: Target) -> None:
     if not STATE.installed:
         return
     if target.name in disabled():
+        if target.module in sys.modules:  # patched before the name was disabled (a re-install)
+            resolve(target.revert)()
         _set(target, [Site(target.title, "disabled", f"disabled by {_env.DISABLE_VAR}; stock flush kept")])
         return
     try:
