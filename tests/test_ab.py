@@ -531,7 +531,12 @@ def test_ctrl_c_stops_the_job_and_reports_what_it_has(tmp_path):
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"ab did not end after Ctrl-C; it said: {stderr[-2000:]}") from None
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr
     assert "interrupted: 0 of 1 pairs of runs compared" in stdout
