@@ -526,6 +526,9 @@ def test_ctrl_c_stops_the_job_and_reports_what_it_has(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # a test run started in the background (or by mutmut) inherits SIGINT ignored: as in a
+        # terminal, the command gets it with the default disposition
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while not started.exists() and time.monotonic() < deadline:
