@@ -140,6 +140,16 @@ def test_recorded_records_get_the_verdict_they_got_on_the_gpu(name):
     assert verdict.judge(real)["result"] == real["verdict"]["result"]
 
 
+def test_a_recorded_controls_run_is_judged_as_on_the_gpu():
+    real = json.loads((DATA / "verify-h200-controls.json").read_text())
+    judged = verdict.judge_controls(real)
+    assert judged["wrong"] == real["verdict"]["wrong"] == []
+    assert {name: v["result"] for name, v in judged["candidates"].items()} == {
+        name: v["result"] for name, v in real["verdict"]["candidates"].items()
+    }
+    assert set(real["candidates"]) == {"write-read", "read", *CONTROLS}
+
+
 def test_write_read_passes_on_the_h200_numbers():
     v = verdict.judge(record(inductor=(17.5, 14.2)))
     assert v["result"] == "PASS", v
