@@ -153,6 +153,12 @@ def test_failed_read_falls_back_to_the_stock_write_and_says_so_once(monkeypatch)
     assert caught[0].filename == __file__ or "mutmut" in sys.modules
     assert int(cache.sum()) == 0  # the stock write ran instead
     assert cleanflush.flush_counts() == {("test", "write"): 2}
+    [row] = [r for r in cleanflush.status() if r.target == "flushes in test"]
+    assert (row.name, row.state, row.detail) == (
+        "cleanflush",
+        "failed",
+        "the clean read could not run on cpu (no memory): those flushes ran the stock code",
+    )
 
 
 def test_read_buffer_is_allocated_from_a_thread_of_its_own(monkeypatch):

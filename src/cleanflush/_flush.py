@@ -208,20 +208,27 @@ def _read_after(device: torch.device, written: int | None, label: str, cache: An
         read(device, read_bytes(l2, l2 if written is None else written), cache)
         return True
     except Exception as exc:  # the read must never break the benchmark: the stock write stands in
-        warn_once(
-            f"read:{label}:{device}",
+        _said(
+            label,
+            f"the clean read could not run on {device} ({exc})",
             f"the clean read could not run in {label} on {device} ({exc}); these flushes fall back to the stock write",
+            key=f"read:{label}:{device}",
         )
         return False
+
+
+def _said(label: str, why: str, message: str, key: str) -> None:
+    """A fallback, said once and kept for ``cleanflush status``."""
+    warn_once(key, message)
+    with STATE.lock:
+        STATE.fallbacks.setdefault(label, why)
 
 
 def fall_back(label: str, why: str, stock: Callable[[], T], counted: bool = True) -> T:
     """The stock code after a surprise: said once, shown by ``cleanflush status``, and counted
     under ``label`` as the write it was (``counted=False`` where ``stock`` is a whole
     benchmark, not one flush)."""
-    warn_once(f"stock:{label}:{why}", f"{label}: {why}; its stock flush runs")
-    with STATE.lock:
-        STATE.fallbacks.setdefault(label, why)
+    _said(label, why, f"{label}: {why}; its stock flush runs", key=f"stock:{label}:{why}")
     result = stock()
     if counted:
         count_flush(label, "write")
