@@ -1,7 +1,7 @@
 """python -m benchmarks <study> [--out DIR]: run one study (or ``all``) on this GPU.
 
-Studies: writeback, methods, cost, latency, autotune, budget; ``all`` runs them in that order and
-draws the figures; ``plot`` draws the figures from existing results (no GPU needed).
+Studies: writeback, methods, cost, latency, autotune, budget, verdicts; ``all`` runs them in that
+order and draws the figures; ``plot`` draws the figures from existing results (no GPU needed).
 Progress goes to stderr; results to DIR/<study>.csv and .json, figures to DIR/<study>.png.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .common import RESULTS, progress
 
-STUDIES = ("writeback", "methods", "cost", "latency", "autotune", "budget")
+STUDIES = ("writeback", "methods", "cost", "latency", "autotune", "budget", "verdicts")
 
 
 def _shapes(text: str) -> list[tuple[int, int]]:
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", type=_shapes, default=None, help="override the shapes, e.g. 4096x4096,28672x4096")
     parser.add_argument("--rounds", type=int, default=None, help="override the number of interleaved rounds")
     parser.add_argument("--processes", type=int, default=None, help="methods: independent processes (default 5)")
+    parser.add_argument("--seconds", type=float, default=None, help="verdicts: no new record after (default 420)")
     args = parser.parse_args(argv)
 
     if args.study == "methods" and args.worker:
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = {s for s in args.skip.split(",") if s}
     if skip - set(STUDIES):
         parser.error(f"--skip takes {', '.join(STUDIES)}; got {', '.join(sorted(skip - set(STUDIES)))}")
-    options = {"shapes": args.shapes, "rounds": args.rounds, "processes": args.processes}
+    options = {"shapes": args.shapes, "rounds": args.rounds, "processes": args.processes, "seconds": args.seconds}
     for study in [s for s in STUDIES if s not in skip] if args.study == "all" else [args.study]:
         module = __import__(f"benchmarks.{study}", fromlist=["run"])
         # each option goes to the studies that take it (latency has fixed shapes, writeback no rounds)

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cleanflush._stats import central_mean, quartiles  # noqa: F401  (the studies take them from here)
+from cleanflush._verify.measure import PRESETS
 
 T = TypeVar("T")
 MiB = 1 << 20
 RESULTS = Path(__file__).parent / "results"
 
 # The five one-row Llama 3.1 8B projections (N x K): q/o, qkv fused (GQA), down, gate+up, lm_head.
-LLAMA_SHAPES = [(4096, 4096), (6144, 4096), (4096, 14336), (28672, 4096), (128256, 4096)]
+LLAMA_SHAPES = list(PRESETS["llama-3.1-8b"])
 
 
 def progress(message: str) -> None:

@@ -449,14 +449,15 @@ def test_every_reason_of_a_pass_word_for_word():
     assert v["reasons"] == [
         "triton flushed through cleanflush: write-read x 5000",
         "do_bench: 15.90 us against stock 18.90 us and the clean reference 15.40 us, rotating graph "
-        "13.00 us: removed 86% of the 3.50 us stock penalty (needs 60%)",
+        "13.00 us: removed 86% of the 3.50 us stock penalty (needs 60%, less the noise of 0.25 us)",
         "InductorBenchmarker.benchmark_gpu flushed through cleanflush: write-read x 400",
         "Inductor benchmark_gpu (min): 14.20 us against stock 17.50 us and the clean reference 14.10 us: "
-        "removed 97% of the 3.40 us stock penalty (needs 60%)",
+        "removed 97% of the 3.40 us stock penalty (needs 60%, less the noise of 0.25 us)",
         "Nsight Compute: the timed GEMM writes 0.020 MB after this flush (stock 11.00 MB); at most 1.0 MB is clean",
     ]
     assert v["result"] == "PASS"
-    assert v["margin"] == pytest.approx(3.0 / 3.5 - 0.6)  # the smaller of do_bench's and Inductor's
+    # the smaller of do_bench's and Inductor's: the share removed, less 60%, plus the noise's share
+    assert v["margin"] == pytest.approx(3.0 / 3.5 - 0.6 + 0.25 / 3.5)
 
 
 def test_every_reason_of_a_fail_word_for_word():
@@ -490,15 +491,15 @@ def test_every_reason_of_a_fail_word_for_word():
         "FAIL: 5000 of 5001 flushes in triton ran the stock write (the clean read failed or was skipped)",
         "  triton.x: unsupported here",
         "FAIL: do_bench: 18.80 us against stock 18.90 us and the clean reference 15.40 us, rotating graph "
-        "13.00 us: removed 3% of the 3.50 us stock penalty (needs 60%)",
+        "13.00 us: removed 3% of the 3.50 us stock penalty (needs 60%, less the noise of 0.25 us)",
         "FAIL: no flush ran through cleanflush in InductorBenchmarker.benchmark_gpu",
         "FAIL: Inductor benchmark_gpu (min): 17.45 us against stock 17.50 us and the clean reference 14.10 us: "
-        "removed 1% of the 3.40 us stock penalty (needs 60%)",
+        "removed 1% of the 3.40 us stock penalty (needs 60%, less the noise of 0.25 us)",
         "FAIL: Nsight Compute: the timed GEMM writes 11.000 MB after this flush; more than 1.0 MB is dirty "
         "write-back, whatever the timing says",
     ]
     assert v["result"] == "FAIL"
-    assert v["margin"] == pytest.approx(0.05 / 3.4 - 0.6)  # Inductor's, the smaller
+    assert v["margin"] == pytest.approx(0.05 / 3.4 - 0.6 + 0.25 / 3.4)  # Inductor's, the smaller
 
 
 def test_only_the_stock_write_and_the_write_policy_are_said_plainly():
@@ -530,17 +531,19 @@ def flat(rec, candidate, stock, timed, reference, graph):
 
 
 def test_the_bars_are_inclusive_where_the_docs_say_so():
-    # exactly 60% of a 5 us penalty removed: a pass, by a margin of 0
-    v = verdict.judge(flat(record(), "write-read", 21.0, 18.0, 16.0, 10.0))
-    assert (v["result"], v["margin"]) == ("PASS", 0.0)
-    # exactly the rotating graph's time: not faster than it, so not warm
-    assert verdict.judge(flat(record(), "write-read", 21.0, 16.0, 16.0, 16.0))["result"] == "PASS"
-    assert "stayed warm in L2" in verdict.judge(flat(record(), "write-read", 21.0, 15.99, 16.0, 16.0))["reasons"][1]
-    # a penalty exactly at the noise floor (3% of the reference) is no penalty
-    v = verdict.judge(flat(record(), "write-read", 51.5, 50.0, 50.0, 10.0))
+    # a 5 us penalty with the least noise (0.25 us): 40% of it plus the noise may be left
+    v = verdict.judge(flat(record(), "write-read", 21.0, 18.25, 16.0, 10.0))
+    assert v["result"] == "PASS" and v["margin"] == pytest.approx(0.0)
+    assert verdict.judge(flat(record(), "write-read", 21.0, 18.26, 16.0, 10.0))["result"] == "FAIL"
+    # the rotating graph's time less their spread (here the least, 0.25 us): not warm
+    assert verdict.judge(flat(record(), "write-read", 21.0, 15.75, 16.0, 16.0))["result"] == "PASS"
+    assert "stayed warm in L2" in verdict.judge(flat(record(), "write-read", 21.0, 15.74, 16.0, 16.0))["reasons"][1]
+    # a penalty exactly at the noise floor (the timer's resolution) is no penalty
+    v = verdict.judge(flat(record(), "write-read", 50.25, 50.0, 50.0, 10.0))
     assert v["result"] == "NO-PENALTY" and v["reasons"][1] == (
-        "do_bench: the stock flush shows no measurable penalty here (+1.50 us against noise +-1.50 us)"
+        "do_bench: the stock flush shows no measurable penalty here: +0.25 us (+0.5%) against noise of 0.25 us"
     )
+    assert verdict.judge(flat(record(), "write-read", 50.26, 50.0, 50.0, 10.0))["result"] == "PASS"
     # exactly 1 MB written by the GEMM under ncu is still clean
     assert verdict.judge(record(ncu={"write-read": 1.0}))["result"] == "PASS"
     assert verdict.judge(record(ncu={"write-read": 1.001}))["result"] == "FAIL"
@@ -576,7 +579,8 @@ def test_judge_timing_names_its_state():
     state, margin, why = verdict.judge_timing("t", [20.0] * 3, [15.0] * 3, [16.0] * 3, [15.5] * 3)
     assert (state, margin) == ("fail", None) and why == (
         "t: 15.00 us against stock 20.00 us and the clean reference 16.00 us: faster than the "
-        "rotating-weight graph 15.50 us (cold weight, no launch gaps), so data stayed warm in L2"
+        "rotating-weight graph 15.50 us (cold weight, no launch gaps) by more than their spread (0.25 us), "
+        "so data stayed warm in L2"
     )
 
 
@@ -610,6 +614,123 @@ def test_one_failed_kind_of_evidence_is_not_undone_by_a_later_one():
 
 
 def test_no_do_bench_penalty_with_an_inductor_one_has_no_margin():
-    rec = flat(record(inductor=(17.5, 14.2)), "write-read", 51.0, 50.0, 50.0, 10.0)
+    rec = flat(record(inductor=(17.5, 14.2)), "write-read", 50.2, 50.0, 50.0, 10.0)
     v = verdict.judge(rec)
     assert v["result"] == "NO-PENALTY" and v["margin"] is None
+
+
+# The LM head (128256 x 4096, 1 GiB of weight), as the H200 measured it: the stock penalty is
+# +2.7% over the reference with rounds 0.2 us apart, and the rotating graph's rounds spread
+# 248.74-251.25 us around do_bench.  Each rule's tolerance must come from that spread.
+
+
+def lm_head(candidate):
+    rec = record(candidates=("write-read",))
+    t = rec["timings_us"]
+    t["reference"]["write-read"] = [248.9, 249.0, 249.0, 249.1, 249.0]
+    t["do_bench"]["stock"] = [255.6, 255.7, 255.7, 255.8, 255.7]
+    t["do_bench"]["write-read"] = [c + d for c, d in zip([candidate] * 5, [-0.1, 0.0, 0.0, 0.1, 0.0])]
+    t["rotating_graph"] = [248.74, 249.5, 250.16, 250.8, 251.25]
+    rec["kernel"].update(n=128256, k=4096)
+    return rec
+
+
+def test_the_lm_head_passes_where_its_penalty_is_above_the_measured_noise():
+    v = verdict.judge(lm_head(249.39))
+    assert v["result"] == "PASS", v["reasons"]
+    assert "removed 94% of the 6.70 us stock penalty" in v["reasons"][1]
+
+
+def test_the_lm_head_still_fails_when_nothing_is_removed_or_data_stays_warm():
+    # negative controls for the same noise: the stock flush's time, and a time under the
+    # graph's spread
+    assert verdict.judge(lm_head(255.6))["result"] == "FAIL"
+    warm = verdict.judge(lm_head(247.0))
+    assert warm["result"] == "FAIL" and "by more than their spread (1.30 us)" in warm["reasons"][1]
+
+
+def test_no_penalty_says_how_large_the_penalty_and_the_noise_are():
+    rec = lm_head(249.0)
+    rec["timings_us"]["do_bench"]["stock"] = [249.0, 249.3, 248.9, 249.2, 249.1]
+    v = verdict.judge(rec)
+    assert v["result"] == "NO-PENALTY"
+    assert v["reasons"][1] == (
+        "do_bench: the stock flush shows no measurable penalty here: +0.10 us (+0.0%) against noise of 0.25 us"
+    )
+
+
+# Several shapes or devices in one command: one row each, one verdict and exit code.
+
+
+def test_several_shapes_are_measured_one_row_each_with_one_overall_verdict(monkeypatch, capsys, tmp_path):
+    seen = []
+
+    def fake(options, progress):
+        seen.append((options.device, options.n, options.k))
+        timed = {"write-read": 18.8 if options.n == 6144 else 15.9}  # one shape fails
+        rec = record(timed=timed)
+        rec["kernel"].update(n=options.n, k=options.k, device=options.device)
+        return rec
+
+    monkeypatch.setattr(verify_measure, "measure", fake)
+    monkeypatch.setattr(verify_measure, "devices", lambda wanted: [0, 1] if wanted == "all" else [0])
+    path = tmp_path / "v.json"
+    code = main(
+        [
+            "verify",
+            "--shape",
+            "2048,2048",
+            "--preset",
+            "llama-3.1-8b",
+            "--shape",
+            "4096,4096",
+            "--device",
+            "all",
+            "--json",
+            str(path),
+        ]
+    )
+    shapes = [(2048, 2048), (4096, 4096), (6144, 4096), (4096, 14336), (28672, 4096), (128256, 4096)]
+    assert seen == [(d, n, k) for d in (0, 1) for n, k in shapes]  # repeated shapes measured once
+    assert code == EXIT_FAIL
+    data = json.loads(path.read_text())
+    assert data["verdict"] == {"result": "FAIL", "exit_code": EXIT_FAIL} and len(data["records"]) == 12
+    text = capsys.readouterr().out
+    rows = [line for line in text.splitlines() if line.startswith("cuda:")]
+    assert len(rows) == 12 and sum(line.endswith("FAIL") for line in rows) == 2
+    assert "6144 x 4096 bfloat16 on cuda:1: FAIL" in text and text.rstrip().endswith("FAIL")
+
+
+def test_the_overall_verdict():
+    assert verdict.overall(["PASS", "NO-PENALTY"]) == "PASS"
+    assert verdict.overall(["NO-PENALTY", "NO-PENALTY"]) == "NO-PENALTY"
+    assert verdict.overall(["PASS", "FAIL", "NO-PENALTY"]) == "FAIL"
+
+
+def test_controls_take_shapes_too(monkeypatch, capsys):
+    names = ("write-read", "read", *CONTROLS)
+    calls = []
+
+    def fake(options, progress):
+        calls.append((options.n, options.controls))
+        return record(
+            candidates=names,
+            timed=dict.fromkeys(CONTROLS, 18.8),
+            counts={
+                "control: stock write": {"triton | write": 5000},
+                "control: read that falls back": {"triton | write": 5000},
+            },
+        )
+
+    monkeypatch.setattr(verify_measure, "measure", fake)
+    monkeypatch.setattr(verify_measure, "devices", lambda wanted: [0])
+    assert main(["verify", "--controls", "--shape", "4096,4096", "--shape", "28672,4096"]) == EXIT_OK
+    assert calls == [(4096, True), (28672, True)]
+    assert "6 of 6 right" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [(["--device", "x"], "or all"), (["--preset", "llama"], "invalid choice")])
+def test_bad_devices_and_presets_are_usage_errors(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["verify", *args])
+    assert exit_.value.code == EXIT_USAGE and message in capsys.readouterr().err

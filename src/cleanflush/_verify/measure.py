@@ -18,6 +18,11 @@ from .verdict import new_record
 
 DTYPES = ("bfloat16", "float16", "float32")
 REFERENCE_ITERS = 500
+# Named sets of weight shapes (N, K), for `--preset`.
+PRESETS = {
+    # the one-row decode GEMMs of Llama 3.1 8B: q/o, qkv (fused, GQA), down, gate+up, LM head
+    "llama-3.1-8b": ((4096, 4096), (6144, 4096), (4096, 14336), (28672, 4096), (128256, 4096)),
+}
 
 
 class CannotRun(Exception):
@@ -41,6 +46,20 @@ def candidates(options: Options) -> list[str]:
     if options.controls:
         return list(cleanflush.POLICIES[:2]) + list(CONTROLS)  # write-read, read, then the controls
     return [cleanflush.current_policy()]
+
+
+def devices(wanted: str) -> list[int]:
+    """The CUDA device indices ``wanted`` names: comma-separated indices (each checked when it
+    is measured), or "all" of this machine's."""
+    if wanted != "all":
+        return [int(part) for part in wanted.split(",")]
+    try:
+        import torch
+    except ImportError:
+        raise CannotRun("torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise CannotRun("no CUDA device: torch.cuda.is_available() is False")
+    return list(range(torch.cuda.device_count()))
 
 
 def _load(options: Options) -> tuple[Any, Any]:

@@ -130,3 +130,44 @@ def format_controls(record: dict[str, Any], verdicts: dict[str, Any]) -> str:
         lines.append(f"{name}: {v['result']}")
         lines += [f"  - {reason}" for reason in v["reasons"]]
     return "\n".join(lines)
+
+
+def _row_of(record: dict[str, Any]) -> tuple[str, ...]:
+    """One table row: the GEMM, what the stock flush costs and what the candidate left."""
+    k, t, v = record["kernel"], record["timings_us"], record["verdict"]
+    name = record["candidates"][0]
+    shares = penalty_share(t["do_bench"][STOCK], t["do_bench"][name], t["reference"][name])
+    shape = f"cuda:{k['device']}  {k['n']} x {k['k']} {k['dtype']}"
+    penalty = f"{shares['penalty_us']:+.2f} ({shares['penalty_us'] / shares['reference_us']:+.1%})"
+    if "candidates" in v:  # a controls run: how many flushes were judged as they must be
+        right = len(v["candidates"]) - len(v["wrong"])
+        return (
+            shape,
+            penalty,
+            f"{shares['noise_us']:.2f}",
+            "-",
+            f"{right} of {len(v['candidates'])} right",
+            v["result"],
+        )
+    return (shape, penalty, f"{shares['noise_us']:.2f}", f"{shares['share']:.0%}", name, v["result"])
+
+
+def format_summary(records: list[dict[str, Any]], result: str) -> str:
+    """Several GEMMs or devices: one row each, the overall verdict, and the reasons of every
+    row that did not pass."""
+    rows: list[tuple[str, ...]] = [("GEMM", "stock penalty us", "noise us", "removed", "flush", "verdict")]
+    rows += [_row_of(record) for record in records]
+    title = f"cleanflush verify: F.linear with one input row, {len(records)} GEMMs, {records[0]['rounds']} rounds each"
+    lines = [title, ""] + header(records[0])[2:] + _table(rows, left=1) + [""]
+    lines.append(
+        "(the penalty: stock do_bench over the plain read loop timed right after the flush, median of the "
+        "rounds; do_bench and Inductor, the flush counts and Nsight Compute are judged for every row)"
+    )
+    for record in records:
+        v, k = record["verdict"], record["kernel"]
+        if v["result"] != "PASS":
+            lines.append(f"{k['n']} x {k['k']} {k['dtype']} on cuda:{k['device']}: {v['result']}")
+            reasons = v.get("reasons") or [r for c in v.get("candidates", {}).values() for r in c["reasons"]]
+            lines += [f"  - {reason}" for reason in reasons]
+    lines += ["", result]
+    return "\n".join(lines)

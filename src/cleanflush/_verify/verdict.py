@@ -23,9 +23,13 @@ from .controls import CLAIMS, CONTROLS
 SCHEMA = 2
 PASSING = ("PASS", "NO-PENALTY")  # the results a command exits 0 on
 
-PASS_SHARE = 0.6  # a clean flush removes at least this share of the stock penalty
-NCU_DIRTY_MB = 1.0  # the timed GEMM writing more than this after the flush is write-back
-MIN_NOISE = 0.03  # of the reference: CUDA events tick in ~1 us steps
+# Every rule that can fail a verdict, with its tolerance (docs/verify.md says where each
+# comes from):
+PASS_SHARE = 0.6  # a clean flush removes at least this share of the stock penalty, less the noise
+# The smallest noise a timing rule allows: CUDA events tick in about 0.5-1 us steps on an H200,
+# and a central mean of hundreds of samples resolves a quarter of a step.
+RESOLUTION_US = 0.25
+NCU_DIRTY_MB = 1.0  # the GEMM's own output is at most 0.26 MB here; clean runs wrote <= 0.06 MB
 
 
 def new_record(
@@ -96,18 +100,30 @@ def flush_evidence(counts: dict[str, int], target: str, candidate: str) -> tuple
 
 
 def penalty_share(stock: list[float], candidate: list[float], reference: list[float]) -> dict[str, float]:
-    """Per round, the share of the stock penalty the candidate removed; medians over rounds."""
+    """Per round, the stock penalty (stock - the reference timed right after the candidate)
+    and what the candidate left of it (candidate - that reference); medians over rounds, and
+    the noise: how much those paired differences move from round to round (their
+    interquartile range), at least the timer's resolution."""
     penalties = [s - r for s, r in zip(stock, reference)]
-    shares = [(s - c) / p if p > 0 else 0.0 for s, c, p in zip(stock, candidate, penalties)]
-    ref = _median(reference)
+    residuals = [c - r for c, r in zip(candidate, reference)]
+    penalty = _median(penalties)
+    residual = _median(residuals)
     return {
-        "penalty_us": _median(penalties),
-        "noise_us": max(_iqr(penalties), MIN_NOISE * ref),
-        "share": _median(shares),
-        "reference_us": ref,
+        "penalty_us": penalty,
+        "residual_us": residual,
+        "noise_us": max(_iqr(penalties), _iqr(residuals), RESOLUTION_US),
+        "share": (penalty - residual) / penalty if penalty > 0 else 0.0,
+        "reference_us": _median(reference),
         "candidate_us": _median(candidate),
         "stock_us": _median(stock),
     }
+
+
+def warm_floor(graph: list[float], candidate: list[float]) -> tuple[float, float]:
+    """(floor, slack) of the warm-data rule: a candidate faster than a CUDA graph cycling
+    through cold weights with no launch gaps (the floor), by more than either one moves
+    between rounds (the slack), read data that stayed warm in L2."""
+    return _median(graph), max(_iqr(graph), _iqr(candidate), RESOLUTION_US)
 
 
 def judge_timing(
@@ -115,33 +131,39 @@ def judge_timing(
 ) -> tuple[str, float | None, str]:
     """("pass" | "fail" | "no-penalty", margin, reason) for one timed method."""
     t = penalty_share(stock, candidate, reference)
+    noise = t["noise_us"]
     where = (
         f"{t['candidate_us']:.2f} us against stock {t['stock_us']:.2f} us and the clean reference "
         f"{t['reference_us']:.2f} us"
     )
     if graph:
-        floor = _median(graph)
-        if t["candidate_us"] < floor:
+        floor, slack = warm_floor(graph, candidate)
+        if t["candidate_us"] < floor - slack:
             return (
                 "fail",
                 None,
                 (
-                    f"{name}: {where}: faster than the rotating-weight graph {floor:.2f} us "
-                    "(cold weight, no launch gaps), so data stayed warm in L2"
+                    f"{name}: {where}: faster than the rotating-weight graph {floor:.2f} us (cold weight, no "
+                    f"launch gaps) by more than their spread ({slack:.2f} us), so data stayed warm in L2"
                 ),
             )
         where += f", rotating graph {floor:.2f} us"
-    if t["penalty_us"] <= t["noise_us"]:
+    if t["penalty_us"] <= noise:
         return (
             "no-penalty",
             None,
             (
-                f"{name}: the stock flush shows no measurable penalty here "
-                f"({t['penalty_us']:+.2f} us against noise +-{t['noise_us']:.2f} us)"
+                f"{name}: the stock flush shows no measurable penalty here: {t['penalty_us']:+.2f} us "
+                f"({t['penalty_us'] / t['reference_us']:+.1%}) against noise of {noise:.2f} us"
             ),
         )
-    margin = t["share"] - PASS_SHARE
-    removed = f"removed {t['share']:.0%} of the {t['penalty_us']:.2f} us stock penalty (needs {PASS_SHARE:.0%})"
+    # A clean flush leaves at most 40% of the penalty; FAIL only when what it left exceeds
+    # that by more than the noise.
+    margin = t["share"] - PASS_SHARE + noise / t["penalty_us"]
+    removed = (
+        f"removed {t['share']:.0%} of the {t['penalty_us']:.2f} us stock penalty (needs {PASS_SHARE:.0%}, "
+        f"less the noise of {noise:.2f} us)"
+    )
     return ("pass" if margin >= 0 else "fail"), margin, f"{name}: {where}: {removed}"
 
 
@@ -217,6 +239,13 @@ def judge(record: dict[str, Any]) -> dict[str, Any]:
     if not record["installed"]:
         return _verdict("FAIL", ["cleanflush is not installed in this process (CLEANFLUSH=0?)"], None)
     return judge_candidate(record, record["policy"])
+
+
+def overall(results: list[str]) -> str:
+    """One verdict for several: FAIL if any failed, else PASS if any passed, else NO-PENALTY."""
+    if "FAIL" in results:
+        return "FAIL"
+    return "PASS" if "PASS" in results else "NO-PENALTY"
 
 
 def expected(candidate: str) -> str:

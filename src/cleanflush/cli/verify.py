@@ -8,14 +8,16 @@ import time
 from typing import Any
 
 from .._verify import DTYPES, CannotRun, Options, measure, report, verdict
+from .._verify.measure import PRESETS
 from ._output import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, json_option, output_problem
 from .ab import positive
 
 
-def _non_negative(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a device index (0, 1, ...), got {text!r}")
-    return int(text)
+def _devices(text: str) -> str:
+    parts = text.split(",")
+    if text != "all" and not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"expected a device index (0, 1, ...), indices like 0,2, or all; got {text!r}")
+    return text
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -35,12 +37,23 @@ def add_parser(commands: Any) -> None:
     verify.add_argument(
         "--shape",
         type=_shape,
-        default=(4096, 4096),
+        action="append",
         metavar="N,K",
-        help="weight shape N,K of F.linear(x[1,K], W[N,K]) (default 4096,4096)",
+        help="weight shape N,K of F.linear(x[1,K], W[N,K]); repeat it for several (default 4096,4096)",
+    )
+    verify.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a named set of shapes: "
+        + "; ".join(f"{k}: {' '.join(f'{n}x{kk}' for n, kk in v)}" for k, v in PRESETS.items()),
     )
     verify.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="(default bfloat16)")
-    verify.add_argument("--device", type=_non_negative, default=0, help="CUDA device index (default 0)")
+    verify.add_argument(
+        "--device",
+        type=_devices,
+        default="0",
+        help="CUDA device index, indices like 0,2, or all: one row per device, one after another (default 0)",
+    )
     verify.add_argument("--rounds", type=positive, default=5, help="interleaved rounds (default 5)")
     verify.add_argument(
         "--ncu", action="store_true", help="also measure the timed GEMM's DRAM write bytes with Nsight Compute"
@@ -59,24 +72,33 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if problem:
         print(f"cleanflush verify: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    n, k = args.shape
-    options = Options(
-        n=n,
-        k=k,
-        dtype=args.dtype,
-        device=args.device,
-        rounds=args.rounds,
-        ncu=args.ncu,
-        controls=args.controls,
-        json_path=args.json,
-    )
+    shapes = list(dict.fromkeys((args.shape or []) + list(PRESETS.get(args.preset or "", ()))))
     start = time.perf_counter()
 
     def progress(step: str) -> None:
         print(f"[{time.perf_counter() - start:5.1f} s] {step}", file=sys.stderr, flush=True)
 
+    judge = verdict.judge_controls if args.controls else verdict.judge
+    records = []
     try:
-        record = measure.measure(options, progress)
+        for device in measure.devices(args.device):
+            for n, k in shapes or [(4096, 4096)]:
+                options = Options(
+                    n=n,
+                    k=k,
+                    dtype=args.dtype,
+                    device=device,
+                    rounds=args.rounds,
+                    ncu=args.ncu,
+                    controls=args.controls,
+                    json_path=args.json,
+                )
+                if len(shapes) > 1 or args.device != "0":
+                    progress(f"cuda:{device}, {n} x {k} {args.dtype}")
+                record = measure.measure(options, progress)
+                judged = judge(record)
+                record["verdict"] = {**judged, "exit_code": _code(judged["result"])}
+                records.append(record)
     except CannotRun as exc:
         print(f"cleanflush verify: cannot run here: {exc}", file=sys.stderr)
         if args.json:
@@ -86,14 +108,25 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 args.json,
             )
         return EXIT_CANNOT_RUN
-    if options.controls:
-        judged = verdict.judge_controls(record)
-        text = report.format_controls(record, judged)
-    else:
-        judged = verdict.judge(record)
-        text = report.format_report(record, judged)
-    code = EXIT_OK if judged["result"] in verdict.PASSING else EXIT_FAIL
-    record["verdict"] = {**judged, "exit_code": code}
-    record["elapsed_s"] = round(time.perf_counter() - start, 1)
-    emit(record, text, args.json)
+    elapsed = round(time.perf_counter() - start, 1)
+    if len(records) == 1:
+        [record] = records
+        judged = record["verdict"]
+        text = (report.format_controls if args.controls else report.format_report)(record, judged)
+        record["elapsed_s"] = elapsed
+        emit(record, text, args.json)
+        return int(judged["exit_code"])
+    overall = verdict.overall([r["verdict"]["result"] for r in records])
+    code = _code(overall)
+    data = {
+        "schema": verdict.SCHEMA,
+        "records": records,
+        "verdict": {"result": overall, "exit_code": code},
+        "elapsed_s": elapsed,
+    }
+    emit(data, report.format_summary(records, overall), args.json)
     return code
+
+
+def _code(result: str) -> int:
+    return EXIT_OK if result in verdict.PASSING else EXIT_FAIL
