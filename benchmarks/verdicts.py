@@ -14,8 +14,9 @@ A healthy patch judged FAIL is a wrong verdict.  NO-PENALTY is counted apart, wi
 penalty and noise it saw.  Each rule's tightest margin is reported: the share rule's margin
 as the verdict computes it, the warm-data rule's in us above its floor less its slack.
 
-Writes ``verdicts.json`` (every record, after each one) and prints the summary, which
-``python -m benchmarks.verdicts FILE`` prints again from the file.
+Writes ``verdicts.json`` (every record, after each one) and prints the summary;
+``python -m benchmarks.verdicts FILE`` judges the records of FILE again with this version's
+verdict and prints it.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ def summary(records: list[dict[str, Any]]) -> str:
     )
     control_total = sum(len(r["verdict"]["candidates"]) for r in controls)
     shapes = sorted({(r["kernel"]["n"], r["kernel"]["k"], r["kernel"]["dtype"]) for r in controls})
+    for record in controls:
+        k = record["kernel"]
+        lines += [f"  WRONG control run {k['n']}x{k['k']} {k['dtype']}: {name}" for name in record["verdict"]["wrong"]]
     lines.append(
         f"controls mode: {len(controls)} runs at {', '.join(f'{n}x{k} {d}' for n, k, d in shapes)}: "
         f"{control_wrong} wrong of {control_total} judged"
@@ -160,6 +164,17 @@ def rule_margins(record: dict[str, Any], name: str) -> dict[str, float]:
     return margins
 
 
+def rejudge(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with the verdict of this version of cleanflush."""
+    controls = any(name in CONTROLS for name in record["candidates"])
+    verdict = judge_controls(record) if controls else judge_candidate(record, record["policy"])
+    return {**record, "verdict": verdict}
+
+
 if __name__ == "__main__":
     with open(sys.argv[1], encoding="utf-8") as f:
-        print(summary(json.load(f)["records"]))
+        data = json.load(f)
+    for run in data.get("runs", [data]):
+        print(f"run {run.get('run', '')}: {run.get('note', '')}".rstrip(": "))
+        targets = run.get("targets", [])  # stored once per run: they only add reasons to a failed count
+        print(summary([rejudge({"targets": targets, **record}) for record in run["records"]]) + "\n")

@@ -3,6 +3,7 @@ control and both clean policies), arguments, exit codes, the JSON record."""
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -535,9 +536,12 @@ def test_the_bars_are_inclusive_where_the_docs_say_so():
     v = verdict.judge(flat(record(), "write-read", 21.0, 18.25, 16.0, 10.0))
     assert v["result"] == "PASS" and v["margin"] == pytest.approx(0.0)
     assert verdict.judge(flat(record(), "write-read", 21.0, 18.26, 16.0, 10.0))["result"] == "FAIL"
-    # the rotating graph's time less their spread (here the least, 0.25 us): not warm
-    assert verdict.judge(flat(record(), "write-read", 21.0, 15.75, 16.0, 16.0))["result"] == "PASS"
-    assert "stayed warm in L2" in verdict.judge(flat(record(), "write-read", 21.0, 15.74, 16.0, 16.0))["reasons"][1]
+    # the rotating graph's time less 2% of it (more than the least spread, 0.25 us): not warm
+    assert verdict.judge(flat(record(), "write-read", 21.0, 15.68, 16.0, 16.0))["result"] == "PASS"
+    assert "stayed warm in L2" in verdict.judge(flat(record(), "write-read", 21.0, 15.67, 16.0, 16.0))["reasons"][1]
+    # and where the graph is fast, the timer's resolution
+    assert verdict.judge(flat(record(), "write-read", 21.0, 9.75, 9.0, 10.0))["result"] == "PASS"
+    assert verdict.judge(flat(record(), "write-read", 21.0, 9.74, 9.0, 10.0))["result"] == "FAIL"
     # a penalty exactly at the noise floor (the timer's resolution) is no penalty
     v = verdict.judge(flat(record(), "write-read", 50.25, 50.0, 50.0, 10.0))
     assert v["result"] == "NO-PENALTY" and v["reasons"][1] == (
@@ -579,8 +583,8 @@ def test_judge_timing_names_its_state():
     state, margin, why = verdict.judge_timing("t", [20.0] * 3, [15.0] * 3, [16.0] * 3, [15.5] * 3)
     assert (state, margin) == ("fail", None) and why == (
         "t: 15.00 us against stock 20.00 us and the clean reference 16.00 us: faster than the "
-        "rotating-weight graph 15.50 us (cold weight, no launch gaps) by more than their spread (0.25 us), "
-        "so data stayed warm in L2"
+        "rotating-weight graph 15.50 us (cold weight, no launch gaps) by more than 0.31 us (their spread or 2% "
+        "of the graph), so data stayed warm in L2"
     )
 
 
@@ -645,8 +649,35 @@ def test_the_lm_head_still_fails_when_nothing_is_removed_or_data_stays_warm():
     # negative controls for the same noise: the stock flush's time, and a time under the
     # graph's spread
     assert verdict.judge(lm_head(255.6))["result"] == "FAIL"
-    warm = verdict.judge(lm_head(247.0))
-    assert warm["result"] == "FAIL" and "by more than their spread (1.30 us)" in warm["reasons"][1]
+    warm = verdict.judge(lm_head(245.0))
+    assert warm["result"] == "FAIL" and "by more than 5.00 us (their spread or 2% of" in warm["reasons"][1]
+
+
+# Recorded on the H200 by `python -m benchmarks verdicts` (benchmarks/results/h200/verdicts.json):
+# the LM head's do_bench after write-read ran 1.8 us (0.7%) under the rotating graph, whose
+# rounds spread 1.0 us.  A 1 GiB weight cannot stay warm in a 60 MiB L2.
+
+
+def test_the_lm_head_just_under_the_graph_is_not_warm_data():
+    rec = json.loads((DATA / "verify-h200-lm-head-under-graph.json").read_text())
+    v = verdict.judge(rec)
+    assert v["result"] == "PASS", v["reasons"]
+    # the negative control: the same record 3% under the graph fails the warm-data rule
+    t = rec["timings_us"]
+    floor = statistics.median(t["rotating_graph"])
+    t["do_bench"]["write-read"] = [0.97 * floor] * len(t["rotating_graph"])
+    warm = verdict.judge(rec)
+    assert warm["result"] == "FAIL" and "stayed warm in L2" in warm["reasons"][1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 22): at the LM head a read of half the L2 removes 52% of the stock penalty, "
+    "and the 60% bar less the noise (14% of the penalty there) lets it pass",
+)
+def test_the_lm_head_controls_are_all_judged_as_they_must_be():
+    rec = json.loads((DATA / "verify-h200-lm-head-controls.json").read_text())
+    assert verdict.judge_controls(rec)["wrong"] == []
 
 
 def test_no_penalty_says_how_large_the_penalty_and_the_noise_are():

@@ -161,7 +161,8 @@ def format_summary(records: list[dict[str, Any]], result: str) -> str:
     lines = [title, ""] + header(records[0])[2:] + _table(rows, left=1) + [""]
     lines.append(
         "(the penalty: stock do_bench over the plain read loop timed right after the flush, median of the "
-        "rounds; do_bench and Inductor, the flush counts and Nsight Compute are judged for every row)"
+        f"rounds; a PASS removes {PASS_SHARE:.0%} of it, less the noise; do_bench and Inductor, the "
+        "flush counts and Nsight Compute are judged for every row)"
     )
     for record in records:
         v, k = record["verdict"], record["kernel"]

@@ -29,6 +29,10 @@ PASS_SHARE = 0.6  # a clean flush removes at least this share of the stock penal
 # The smallest noise a timing rule allows: CUDA events tick in about 0.5-1 us steps on an H200,
 # and a central mean of hundreds of samples resolves a quarter of a step.
 RESOLUTION_US = 0.25
+# After a clean flush, do_bench ran up to 0.9% under the rotating graph at weights of 4-17 x L2
+# (28672 x 4096, 128256 x 4096: 2 of 144 H200 records, benchmarks/results/h200/verdicts.json),
+# which no warm data can explain there; the warm-data rule allows twice that.
+WARM_TOLERANCE = 0.02
 NCU_DIRTY_MB = 1.0  # the GEMM's own output is at most 0.26 MB here; clean runs wrote <= 0.06 MB
 
 
@@ -121,9 +125,10 @@ def penalty_share(stock: list[float], candidate: list[float], reference: list[fl
 
 def warm_floor(graph: list[float], candidate: list[float]) -> tuple[float, float]:
     """(floor, slack) of the warm-data rule: a candidate faster than a CUDA graph cycling
-    through cold weights with no launch gaps (the floor), by more than either one moves
-    between rounds (the slack), read data that stayed warm in L2."""
-    return _median(graph), max(_iqr(graph), _iqr(candidate), RESOLUTION_US)
+    through cold weights with no launch gaps (the floor), by more than the slack (either
+    one's spread over rounds, or WARM_TOLERANCE of the floor), read data that stayed warm."""
+    floor = _median(graph)
+    return floor, max(_iqr(graph), _iqr(candidate), RESOLUTION_US, WARM_TOLERANCE * floor)
 
 
 def judge_timing(
@@ -144,7 +149,8 @@ def judge_timing(
                 None,
                 (
                     f"{name}: {where}: faster than the rotating-weight graph {floor:.2f} us (cold weight, no "
-                    f"launch gaps) by more than their spread ({slack:.2f} us), so data stayed warm in L2"
+                    f"launch gaps) by more than {slack:.2f} us (their spread or {WARM_TOLERANCE:.0%} of the "
+                    "graph), so data stayed warm in L2"
                 ),
             )
         where += f", rotating graph {floor:.2f} us"
