@@ -288,6 +288,56 @@ def test_a_process_started_inside_a_block_runs_under_the_blocks_policy(tmp_path,
     assert child.stdout.strip() == expected, child.stderr[-2000:]
 
 
+GRANDCHILD_MODULE = """
+import multiprocessing, os, subprocess, sys
+
+def report(queue):
+    import cleanflush
+    inner = multiprocessing.get_context("spawn").Queue()
+    p = multiprocessing.get_context("spawn").Process(target=_grandchild, args=(inner,))
+    p.start()
+    grandchild = inner.get(timeout=120)
+    p.join()
+    with cleanflush.policy("write-read"):  # a block in the child reaches its plain subprocesses too
+        command = [sys.executable, "-c", "import os; print(os.environ.get('CLEANFLUSH'))"]
+        shell = subprocess.run(command, capture_output=True, text=True).stdout.strip()
+    queue.put((os.environ.get("CLEANFLUSH"), cleanflush.current_policy(), grandchild, shell))
+
+def _grandchild(queue):
+    import cleanflush
+    queue.put(cleanflush.current_policy())
+"""
+
+
+def test_a_forkserver_that_loaded_cleanflush_first_hands_its_children_the_blocks_policy(tmp_path):
+    # the server imports cleanflush before any block (a preload, or torch imported there), so the
+    # child's cleanflush is installed already when the carried value arrives: it must take that
+    # value as its own policy and pass it on to its own children
+    (tmp_path / "childmod.py").write_text(GRANDCHILD_MODULE)
+    child = run_python(f"""
+        import multiprocessing, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import childmod, cleanflush
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["cleanflush", "childmod"])
+        def start():
+            queue = ctx.Queue()
+            p = ctx.Process(target=childmod.report, args=(queue,))
+            p.start()
+            got = queue.get(timeout=120)
+            p.join()
+            return got
+        with cleanflush.policy("read"):
+            inside = start()
+        with cleanflush.policy("write"):
+            other = start()
+        print(inside, other)
+        """)
+    assert child.returncode == 0, child.stderr[-2000:]
+    expected = "('read', 'read', 'read', 'write-read') ('write', 'write', 'write', 'write-read')"
+    assert child.stdout.strip() == expected, child.stderr[-2000:]
+
+
 def test_a_fork_while_another_thread_holds_the_policy_lock_does_not_hang():
     child = run_python(
         """
