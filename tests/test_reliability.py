@@ -341,13 +341,13 @@ def test_a_forkserver_that_loaded_cleanflush_first_hands_its_children_the_blocks
 def test_a_fork_while_another_thread_holds_the_policy_lock_does_not_hang():
     child = run_python(
         """
-        import os, threading, cleanflush
+        import os, threading, torch, cleanflush
         stop = threading.Event()
         def churn():
             while not stop.is_set():
                 with cleanflush.policy("read"):
                     pass
-        thread = threading.Thread(target=churn)
+        thread = threading.Thread(target=churn, daemon=True)  # a failed assert must not hang the child
         thread.start()
         hung = 0
         for _ in range(40):
@@ -355,6 +355,11 @@ def test_a_fork_while_another_thread_holds_the_policy_lock_does_not_hang():
             if pid == 0:
                 with cleanflush.policy("write"):  # takes the locks the other thread may have held
                     pass
+                if _ < 3:  # and the flush's own lock, allocating the child's read buffer (on CPU)
+                    cache = torch.empty(1 << 20, dtype=torch.int32)
+                    cleanflush._flush.flush(cache, cache.zero_, "forked")
+                    if cleanflush.flush_counts() != {("forked", "write-read"): 1}:
+                        os._exit(4)
                 os._exit(0 if os.environ["CLEANFLUSH"] == "write-read" else 3)
             for _ in range(200):  # up to 10 s
                 done, status = os.waitpid(pid, os.WNOHANG)
