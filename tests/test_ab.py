@@ -543,3 +543,48 @@ def test_ctrl_c_stops_the_job_and_reports_what_it_has(tmp_path):
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr
     assert "interrupted: 0 of 1 pairs of runs compared" in stdout
+
+
+def test_long_winner_labels_are_cut_to_the_width():
+    assert _ab.short("x" * 90) == "x" * 90
+    assert _ab.short("x" * 91) == "x" * 87 + "..."
+    assert _ab.short("abcdefgh", 6) == "abc..."
+    stock = [[decision("k", "1", {"a" * 120: 1.0, "b": 2.0})]]
+    clean = [[decision("k", "1", {"a" * 120: 3.0, "b": 2.0})]]
+    result = {
+        "command": ["python", "x.py"],
+        "policy": "write-read",
+        "runs": 1,
+        "run_codes": [],
+        "skipped_lines": [],
+        "interrupted": False,
+        "comparison": _ab.compare(stock, clean),
+    }
+    lines = _ab.format_report(result).splitlines()
+    assert f"    stock picked {'a' * 87}...: +50.0% slower by the clean timing" in lines
+
+
+def ab_result(changed):
+    stock = [[decision("k", "1", {"a": 1.0, "b": 2.0})]]
+    clean = [[decision("k", "1", {"a": 3.0, "b": 2.0} if changed else {"a": 1.0, "b": 2.0})]]
+    return {"policy": "write-read", "comparison": _ab.compare(stock, clean)}
+
+
+@pytest.mark.parametrize("changed", [True, False])
+def test_the_figure_is_a_png(tmp_path, changed):
+    pytest.importorskip("matplotlib")
+    from cleanflush import _ab_figure
+
+    path = tmp_path / "ab.png"
+    assert _ab_figure.draw(ab_result(changed), str(path)) is None
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_matplotlib_is_said_instead_of_a_figure(tmp_path, monkeypatch):
+    from cleanflush import _ab_figure
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    path = tmp_path / "ab.png"
+    said = _ab_figure.draw(ab_result(True), str(path))
+    assert said == "matplotlib is not installed: no figure (pip install matplotlib)"
+    assert not path.exists()

@@ -3,9 +3,11 @@ control and both clean policies), arguments, exit codes, the JSON record."""
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -765,3 +767,53 @@ def test_bad_devices_and_presets_are_usage_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["verify", *args])
     assert exit_.value.code == EXIT_USAGE and message in capsys.readouterr().err
+
+
+def test_what_verify_asks_measure_for_and_writes_back(monkeypatch, capsys, tmp_path):
+    asked = []
+
+    def fake(options, progress):
+        asked.append(options)
+        progress("a step")
+        rec = record()
+        rec["kernel"].update(n=options.n, k=options.k)
+        return rec
+
+    monkeypatch.setattr(verify_measure, "measure", fake)
+    monkeypatch.setattr(verify_measure, "devices", lambda wanted: [int(d) for d in wanted.split(",")])
+    path = tmp_path / "v.json"
+    before = time.perf_counter()
+    assert main(["verify", "--json", str(path)]) == EXIT_OK
+    took = time.perf_counter() - before
+    assert asked.pop() == _verify.Options(
+        n=4096, k=4096, dtype="bfloat16", device=0, rounds=5, ncu=False, controls=False, json_path=str(path)
+    )
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"\[ +\d+\.\d s\] a step\n", err)  # one GEMM: no line naming it
+    single = json.loads(path.read_text())
+    assert 0 <= single["elapsed_s"] <= round(took, 1) + 0.1 and single["elapsed_s"] == round(single["elapsed_s"], 1)
+
+    args = ["verify", "--shape", "1,1", "--shape", "2,3", "--dtype", "float16", "--device", "2,0"]
+    assert main([*args, "--rounds", "3", "--ncu", "--json", str(path)]) == EXIT_OK
+    assert [(o.device, o.n, o.k, o.dtype, o.rounds, o.ncu) for o in asked] == [
+        (d, n, k, "float16", 3, True) for d in (2, 0) for n, k in ((1, 1), (2, 3))
+    ]
+    err = capsys.readouterr().err
+    assert "] cuda:2, 1 x 1 float16\n" in err and "] cuda:0, 2 x 3 float16\n" in err
+    several = json.loads(path.read_text())
+    assert several["schema"] == verdict.SCHEMA and isinstance(several["elapsed_s"], float)
+
+
+def test_a_record_of_cannot_run_has_the_schema_and_exit_code(tmp_path, monkeypatch):
+    def cannot(options, progress):
+        raise verify_measure.CannotRun("no CUDA device")
+
+    monkeypatch.setattr(verify_measure, "measure", cannot)
+    path = tmp_path / "v.json"
+    assert main(["verify", "--json", str(path)]) == EXIT_CANNOT_RUN
+    assert json.loads(path.read_text()) == {
+        "schema": verdict.SCHEMA,
+        "result": "CANNOT-RUN",
+        "reason": "no CUDA device",
+        "exit_code": EXIT_CANNOT_RUN,
+    }

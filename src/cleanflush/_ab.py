@@ -144,7 +144,8 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, float]:
     return {label: statistics.median(d["timings_ms"][label] for d in runs) for label in labels}
 
 
-def _short(label: str, width: int = 90) -> str:
+def short(label: str, width: int = 90) -> str:
+    """``label``, cut to ``width`` characters with "..." where it is longer."""
     return label if len(label) <= width else label[: width - 3] + "..."
 
 
@@ -174,8 +175,8 @@ def format_report(result: dict[str, Any]) -> str:
             slower = f"{cost:+.1%} slower by the clean timing" if cost is not None else "not timed in the clean run"
             lines += [
                 f"  {d['kind']} {d['op']} [{d['key']}]",
-                f"    stock picked {_short(d['stock_winner'])}: {slower}",
-                f"    clean picked {_short(d['clean_winner'])}",
+                f"    stock picked {short(d['stock_winner'])}: {slower}",
+                f"    clean picked {short(d['clean_winner'])}",
             ]
     r = cmp["ratio_stock_over_clean"]
     if r["n"]:
@@ -198,48 +199,10 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def draw(result: dict[str, Any], path: str) -> str | None:
-    """The figure: the stock/clean ratio of every choice, and the cost of each changed
-    decision.  None (and the reason in the report) when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no figure (pip install matplotlib)"
-    cmp = result["comparison"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 1.2]})
-    values = cmp["ratio_stock_over_clean"]["values"]
-    left.hist(values or [1.0], bins=30, color="#888")
-    left.axvline(1.0, color="k", lw=1)
-    left.set_xlabel("stock / clean timing of each choice")
-    left.set_ylabel("choices")
-    left.set_title(f"{len(values)} choices in {len(cmp['decisions'])} decisions")
-    changed = cmp["changed"]
-    if changed:
-        labels = [f"{d['op'].split('.')[-1]}\n{_short(d['key'], 28)}" for d in changed]
-        costs = [100 * (d["stock_winner_slower_by"] or 0) for d in changed]
-        right.barh(range(len(costs)), costs, height=0.6, color="#c44")
-        right.set_yticks(range(len(costs)), labels, fontsize=7)
-        right.set_ylim(len(costs) - 0.5, -0.5 - max(0, 2 - len(costs)))
-        right.set_xlabel("stock pick slower, by the clean timing (%)")
-    else:
-        right.text(0.5, 0.5, "the dirty flush did not\nchange any decision", ha="center", va="center")
-        right.set_axis_off()
-    right.set_title(f"changed decisions: {len(changed)}")
-    fig.suptitle(f"cleanflush ab: stock ({STOCK}) vs {result['policy']}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return None
-
-
 def run(
     command: list[str],
     policy: str = DEFAULT_POLICY,
     runs: int = 1,
-    figure: str | None = None,
     keep: str | None = None,
     job_stdout: Any = None,
 ) -> tuple[dict[str, Any], int]:
@@ -290,9 +253,6 @@ def run(
         "skipped_lines": skipped,
         "comparison": compare(sides[STOCK][:done], sides[policy][:done]),
     }
-    if figure:
-        problem = draw(result, figure)
-        result["figure"] = problem or figure
     if interrupted:
         return result, 130
     return result, 1 if any(c["code"] != 0 for c in codes) else 0

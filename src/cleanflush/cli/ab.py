@@ -89,6 +89,10 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             f"cleanflush ab: {gpu}: the job runs on what it finds, and little autotunes without a GPU", file=sys.stderr
         )
     # with the JSON on stdout, the job's own output goes to stderr
-    result, code = _ab.run(command, args.policy, args.runs, args.figure, args.keep, job_stdout=text_stream(args.json))
+    result, code = _ab.run(command, args.policy, args.runs, args.keep, job_stdout=text_stream(args.json))
+    if args.figure:
+        from .._ab_figure import draw  # matplotlib, only when a figure is asked for
+
+        result["figure"] = draw(result, args.figure) or args.figure
     emit(result, _ab.format_report(result), args.json)
     return code
