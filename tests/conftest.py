@@ -52,6 +52,15 @@ def fresh_install():
     assert not _state.STATE.open_blocks, "the test left a cleanflush.policy block open"
 
 
+# What a user sets; the mutation run's own CLEANFLUSH_MUTMUT_HITS must reach every child.
+USER_VARIABLES = ("CLEANFLUSH", "CLEANFLUSH_DISABLE", "CLEANFLUSH_REPORT", "CLEANFLUSH_DECISIONS")
+
+
+def environ_without_cleanflush() -> dict[str, str]:
+    """This process's environment less every variable a user sets for cleanflush."""
+    return {k: v for k, v in os.environ.items() if k not in USER_VARIABLES}
+
+
 def run_python(
     code: str, env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:

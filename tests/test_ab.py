@@ -13,7 +13,7 @@ import cleanflush
 from cleanflush import _ab
 from cleanflush import _decisions as decisions
 
-from .conftest import run_python
+from .conftest import environ_without_cleanflush, run_python
 
 pytest.importorskip("triton")
 pytest.importorskip("numpy")  # Triton's interpreter needs it
@@ -440,7 +440,7 @@ def test_a_choice_without_a_description_is_named_by_its_kind():
 
 def ab_main(*args, env=None, timeout=300):
     """`cleanflush ab ARGS` in a fresh process, with the environment of this one."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
+    clean = environ_without_cleanflush()
     return subprocess.run(
         [sys.executable, "-m", "cleanflush", "ab", *args],
         capture_output=True,
@@ -518,7 +518,7 @@ def test_ctrl_c_stops_the_job_and_reports_what_it_has(tmp_path):
         f"import pathlib, signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
         f"pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
+    env = environ_without_cleanflush()
     proc = subprocess.Popen(
         [sys.executable, "-m", "cleanflush", "ab", "--", sys.executable, "-c", job],
         env=env,

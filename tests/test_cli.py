@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from .conftest import run_python
+from .conftest import environ_without_cleanflush, run_python
 
 pytest.importorskip("triton")
 
@@ -21,7 +21,7 @@ def triton_version():
 
 
 def cli(args, env=None, extra=()):
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
+    child_env = environ_without_cleanflush()
     child_env.update(env or {})
     return subprocess.run(
         [sys.executable, *extra, "-m", "cleanflush", *args], env=child_env, capture_output=True, text=True, timeout=300
@@ -293,7 +293,7 @@ def test_ab_says_when_there_is_no_gpu(tmp_path):
 
 def test_a_closed_pipe_ends_quietly():
     shell = f"{sys.executable} -m cleanflush status | head -1"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH")}
+    env = environ_without_cleanflush()
     out = subprocess.run(["bash", "-o", "pipefail", "-c", shell], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.startswith("cleanflush ") and out.stdout.count("\n") == 1
     assert out.stderr == "" and out.returncode == 0
