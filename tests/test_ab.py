@@ -125,28 +125,117 @@ def decision(op, key, timings, kind="triton"):
     return {"kind": kind, "op": op, "key": key, "timings_ms": timings, "winner": min(timings, key=timings.get)}
 
 
-def test_compare_finds_the_changed_decision_and_its_cost():
-    stock = [[decision("k", "256", {"a": 1.5, "b": 1.8}), decision("j", "1", {"x": 2.0, "y": 3.0})]]
-    clean = [[decision("k", "256", {"a": 2.0, "b": 1.2}), decision("j", "1", {"x": 1.6, "y": 2.5})]]
-    cmp = _ab.compare(stock, clean)
-    assert len(cmp["decisions"]) == 2
-    [changed] = cmp["changed"]
-    assert (changed["op"], changed["stock_winner"], changed["clean_winner"]) == ("k", "a", "b")
-    assert changed["stock_winner_slower_by"] == pytest.approx(2.0 / 1.2 - 1)
-    ratios = sorted(cmp["ratio_stock_over_clean"]["values"])
-    assert ratios == pytest.approx(sorted([1.5 / 2.0, 1.8 / 1.2, 2.0 / 1.6, 3.0 / 2.5]))
+def runs(*timings, op="k", key="1"):
+    """One run per mapping of choice -> ms, each run tuning one decision (winner: the fastest)."""
+    return [[decision(op, key, t)] for t in timings]
 
 
-def test_compare_over_several_runs_takes_the_usual_winner_and_median_timings():
-    stock = [
-        [decision("k", "1", {"a": 1.0, "b": 2.0})],
-        [decision("k", "1", {"a": 3.0, "b": 2.0})],
-        [decision("k", "1", {"a": 1.0, "b": 2.0})],
-    ]
-    clean = [[decision("k", "1", {"a": 1.0, "b": 2.0})]] * 3
+STOCK_PICKS_A = runs({"a": 1.5, "b": 1.8}, {"a": 1.4, "b": 1.9})
+
+
+def test_a_pick_slower_beyond_the_clean_runs_spread_is_changed_and_priced():
+    clean = runs({"a": 2.0, "b": 1.2}, {"a": 2.1, "b": 1.25})
+    cmp = _ab.compare(STOCK_PICKS_A, clean)
+    [d] = cmp["changed"]
+    assert (d["class"], d["stock_winner"], d["clean_winner"]) == ("changed", "a", "b")
+    each = [2.0 / 1.2 - 1, 2.1 / 1.25 - 1]
+    assert d["cost"] == pytest.approx(sum(each) / 2)
+    assert (d["cost_low"], d["cost_high"]) == pytest.approx((min(each), max(each)))
+    assert d["clean_spread"] == pytest.approx(max(each) - min(each))
+    assert cmp["classes"]["changed"] == 1
+    assert cmp["agreement"] == {
+        "write": {"runs": 2, "made_in_every_run": 1, "agree": 1},
+        "clean": {"runs": 2, "made_in_every_run": 1, "agree": 1},
+    }
+
+
+def test_a_pick_slower_inside_the_clean_runs_spread_is_within_the_noise():
+    # the negative control of the test above: the same picks, but the clean runs themselves
+    # move the a/b ratio by more than a is slower on the whole
+    clean = runs({"a": 1.30, "b": 1.20}, {"a": 1.25, "b": 1.24})
+    [d] = _ab.compare(STOCK_PICKS_A, clean)["decisions"]
+    assert d["class"] == "within noise" and not d["changed"]
+    assert "inside the write-read runs' spread of 7.5%" in d["reason"]
+    # a pick that ties with the clean winner in one clean run is never a change, however small the spread
+    tie = {**decision("k", "1", {"a": 1.20, "b": 1.20}), "winner": "b"}
+    clean = [[decision("k", "1", {"a": 1.50, "b": 1.20})], [tie]]
+    assert _ab.compare(STOCK_PICKS_A, clean)["decisions"][0]["class"] == "within noise"
+
+
+def test_runs_of_a_side_that_disagree_make_the_decision_unstable_and_say_which_side():
+    disagree = runs({"a": 1.0, "b": 2.0}, {"a": 2.0, "b": 1.0})
+    clean_b = runs({"a": 2.0, "b": 1.0}, {"a": 2.1, "b": 1.0})
+    [d] = _ab.compare(disagree, clean_b)["decisions"]
+    assert (d["class"], d["unstable_side"]) == ("unstable", "write")
+    assert d["reason"] == "the stock runs disagree (a in 1 of 2 runs, b in 1); every write-read run picked b"
+    [d] = _ab.compare(STOCK_PICKS_A, disagree)["decisions"]
+    assert (d["class"], d["unstable_side"]) == ("unstable", "write-read")
+    [d] = _ab.compare(disagree, disagree, "read")["decisions"]
+    assert (d["class"], d["unstable_side"]) == ("unstable", "both")
+    assert d["reason"].startswith("the read runs disagree")
+    cmp = _ab.compare(disagree, clean_b)
+    assert cmp["agreement"]["write"]["agree"] == 0 and cmp["agreement"]["clean"]["agree"] == 1
+    assert cmp["changed"] == []
+
+
+def test_stock_runs_that_disagree_but_all_lose_beyond_the_noise_are_a_change():
+    stock = runs({"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 2.0, "b": 1.0, "c": 3.0})
+    clean = runs({"a": 2.0, "b": 2.2, "c": 1.0}, {"a": 2.1, "b": 2.3, "c": 1.0})
+    [d] = _ab.compare(stock, clean)["changed"]
+    assert d["clean_winner"] == "c" and "the stock runs disagree" in d["reason"]
+    each = [(p["pick"], p["runs"], round(p["cost_low"], 6), round(p["cost_high"], 6)) for p in d["stock_picks"]]
+    assert each == [("a", 1, 1.0, 1.1), ("b", 1, 1.2, 1.3)]
+    report = _ab.format_report(
+        {
+            "command": ["job"],
+            "policy": "write-read",
+            "runs": 2,
+            "runs_compared": 2,
+            "run_codes": [],
+            "skipped_lines": [],
+            "interrupted": False,
+            "comparison": _ab.compare(stock, clean),
+        }
+    )
+    assert "    stock picked a in 1 of 2 runs: +105.0% slower by the clean timing (runs: +100.0% .. +110.0%)" in report
+
+
+def test_every_run_picking_the_same_is_unchanged():
+    same = runs({"a": 1.0, "b": 2.0}, {"a": 1.1, "b": 2.0})
+    [d] = _ab.compare(same, same)["decisions"]
+    assert d["class"] == "unchanged" and d["cost"] is None
+
+
+def test_one_run_a_side_cannot_tell_a_change_from_noise():
+    [d] = _ab.compare(runs({"a": 1.5, "b": 1.8}), runs({"a": 2.0, "b": 1.2}))["decisions"]
+    assert d["class"] == "undecided" and d["cost"] == pytest.approx(2.0 / 1.2 - 1)
+    assert "one write-read run: its noise is unknown" in d["reason"]
+
+
+def test_a_stock_pick_the_clean_runs_did_not_time_is_undecided():
+    clean = runs({"b": 1.2}, {"b": 1.25})
+    [d] = _ab.compare(STOCK_PICKS_A, clean)["decisions"]
+    assert d["class"] == "undecided" and d["cost"] is None
+
+
+def test_a_decision_of_one_side_only_and_a_crashed_run_are_kept_apart():
+    stock = [[decision("k", "1", {"a": 1.0, "b": 2.0}), decision("only", "s", {"x": 1.0})], []]  # run 2 crashed
+    clean = runs({"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 2.1})
     cmp = _ab.compare(stock, clean)
-    assert cmp["changed"] == []  # "a" in two of three stock runs, as in every clean run
-    assert cmp["decisions"][0]["timings_ms"]["a"] == {"stock": 1.0, "clean": 1.0}
+    assert cmp["only_stock"] == [["triton", "only", "s"]]
+    assert cmp["agreement"]["write"] == {"runs": 2, "made_in_every_run": 0, "agree": 0}
+    [d] = cmp["decisions"]
+    assert d["class"] == "unchanged" and d["stock_winners"] == ["a"]
+
+
+def test_timings_shown_per_choice_are_the_medians_over_a_sides_runs():
+    stock = runs({"a": 1.0, "b": 2.0}, {"a": 3.0, "b": 2.0}, {"a": 1.0, "b": 2.0})
+    clean = runs({"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 2.0})
+    [d] = _ab.compare(stock, clean)["decisions"]
+    assert d["timings_ms"]["a"] == {"stock": 1.0, "clean": 1.0}
+    assert d["class"] == "unstable"  # b won one stock run
+    ratios = sorted(_ab.compare(STOCK_PICKS_A, STOCK_PICKS_A)["ratio_stock_over_clean"]["values"])
+    assert ratios == [1.0, 1.0]
 
 
 def test_report_says_when_nothing_changed_and_when_nothing_was_tuned():
@@ -155,6 +244,7 @@ def test_report_says_when_nothing_changed_and_when_nothing_was_tuned():
         "command": ["python", "x.py"],
         "policy": "write-read",
         "runs": 1,
+        "runs_compared": 1,
         "run_codes": [],
         "skipped_lines": [],
         "interrupted": False,
@@ -542,19 +632,20 @@ def test_ctrl_c_stops_the_job_and_reports_what_it_has(tmp_path):
         raise AssertionError(f"ab did not end after Ctrl-C; it said: {stderr[-2000:]}") from None
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr
-    assert "interrupted: 0 of 1 pairs of runs compared" in stdout
+    assert "interrupted: 0 of 2 pairs of runs compared" in stdout
 
 
 def test_long_winner_labels_are_cut_to_the_width():
     assert _ab.short("x" * 90) == "x" * 90
     assert _ab.short("x" * 91) == "x" * 87 + "..."
     assert _ab.short("abcdefgh", 6) == "abc..."
-    stock = [[decision("k", "1", {"a" * 120: 1.0, "b": 2.0})]]
-    clean = [[decision("k", "1", {"a" * 120: 3.0, "b": 2.0})]]
+    stock = runs({"a" * 120: 1.0, "b": 2.0}, {"a" * 120: 1.0, "b": 2.0})
+    clean = runs({"a" * 120: 3.0, "b": 2.0}, {"a" * 120: 3.0, "b": 2.0})
     result = {
         "command": ["python", "x.py"],
         "policy": "write-read",
-        "runs": 1,
+        "runs": 2,
+        "runs_compared": 2,
         "run_codes": [],
         "skipped_lines": [],
         "interrupted": False,
@@ -565,9 +656,9 @@ def test_long_winner_labels_are_cut_to_the_width():
 
 
 def ab_result(changed):
-    stock = [[decision("k", "1", {"a": 1.0, "b": 2.0})]]
-    clean = [[decision("k", "1", {"a": 3.0, "b": 2.0} if changed else {"a": 1.0, "b": 2.0})]]
-    return {"policy": "write-read", "comparison": _ab.compare(stock, clean)}
+    stock = runs({"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 2.0})
+    clean = runs(*[{"a": 3.0, "b": 2.0} if changed else {"a": 1.0, "b": 2.0}] * 2)
+    return {"policy": "write-read", "runs_compared": 2, "comparison": _ab.compare(stock, clean)}
 
 
 @pytest.mark.parametrize("changed", [True, False])

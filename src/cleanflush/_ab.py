@@ -18,14 +18,21 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from typing import Any
 
+from . import _ab_programs
 from ._env import DECISIONS_VAR, DEFAULT_POLICY, POLICY_VAR
 from ._stats import quartiles
 
-SCHEMA = 1
+SCHEMA = 2
 STOCK = "write"
+
+# What the dirty flush did to one decision (``classify``); the headline counts only CHANGED.
+CHANGED, UNSTABLE, WITHIN_NOISE, UNDECIDED, UNCHANGED = "changed", "unstable", "within noise", "undecided", "unchanged"
+CLASSES = (CHANGED, UNSTABLE, WITHIN_NOISE, UNDECIDED, UNCHANGED)
+RUNS = 2  # runs of each side by default: one run cannot tell a change from autotuning's own noise
 
 
 def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
@@ -87,52 +94,154 @@ def _modal(winners: list[str]) -> str:
     return next(w for w in winners if counts[w] == best)  # ties: the earliest run's
 
 
-def compare(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """Match every decision across the runs and say which ones the dirty flush changed.
+def _by_key(runs: list[list[dict[str, Any]]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Each decision's records, one per run that made it (a run's first tuning of a key)."""
+    found: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        seen = set()
+        for d in run:
+            if _key(d) not in seen and d.get("winner") is not None:
+                seen.add(_key(d))
+                found.setdefault(_key(d), []).append(d)
+    return found
 
-    Per decision (kind, op, key): each side's winner is the one most runs picked; each
-    choice's timing is the median over that side's runs.  A changed decision's cost is how
-    much slower the stock winner is than the clean winner under the clean timing.
+
+def _agrees(records: list[dict[str, Any]], runs: int) -> bool:
+    return len(records) == runs and len({d["winner"] for d in records}) == 1
+
+
+def _picks(winners: list[str]) -> str:
+    """ "a in 2 of 3 runs, b in 1", most frequent first."""
+    counts = Counter(winners).most_common()
+    return ", ".join(
+        f"{short(w, 60)} in {n}" + (f" of {len(winners)} runs" if i == 0 else "") for i, (w, n) in enumerate(counts)
+    )
+
+
+def _slower(clean: list[dict[str, Any]], pick: str, winner: str) -> list[float] | None:
+    """How much slower ``pick`` is than ``winner`` in each clean run (a fraction), or None
+    where a clean run did not time both."""
+    ratios = []
+    for d in clean:
+        t = d["timings_ms"]
+        if pick not in t or not t.get(winner):
+            return None
+        ratios.append(t[pick] / t[winner] - 1)
+    return ratios
+
+
+def classify(stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str) -> dict[str, Any]:
+    """What the dirty flush did to one decision: its class (CLASSES), why, and the cost.
+
+    ``changed`` needs every clean run to agree on a winner and every stock pick to be slower
+    than it, in every clean run, by more than the spread of that ratio over the clean runs
+    (the clean side's own noise for those two choices).  With one run a side there is no
+    spread: a differing pick is ``undecided``.
     """
+    s_win = [d["winner"] for d in stock]
+    c_win = [d["winner"] for d in clean]
+    found: dict[str, Any] = {"cost": None, "cost_low": None, "cost_high": None, "clean_spread": None}
+    if len(set(c_win)) > 1:
+        who = f"the {side} runs disagree ({_picks(c_win)})"
+        if len(set(s_win)) > 1:
+            who += f", and so do the stock runs ({_picks(s_win)})"
+        return {**found, "class": UNSTABLE, "unstable_side": "both" if len(set(s_win)) > 1 else side, "reason": who}
+    winner = c_win[0]
+    if winner in s_win:
+        if len(set(s_win)) == 1:
+            return {**found, "class": UNCHANGED, "reason": f"every run picked {short(winner, 60)}"}
+        return {
+            **found,
+            "class": UNSTABLE,
+            "unstable_side": STOCK,
+            "reason": f"the stock runs disagree ({_picks(s_win)}); every {side} run picked {short(winner, 60)}",
+        }
+    timed = {pick: _slower(clean, pick, winner) for pick in sorted(set(s_win))}
+    per_pick = {pick: r for pick, r in timed.items() if r is not None}
+    if len(per_pick) < len(timed):
+        return {**found, "class": UNDECIDED, "reason": f"the {side} runs did not time the stock pick"}
+    ratios = [r for rs in per_pick.values() for r in rs]
+    found = {"cost": statistics.median(ratios), "cost_low": min(ratios), "cost_high": max(ratios)}
+    if len(clean) < 2:
+        return {
+            **found,
+            "clean_spread": None,
+            "class": UNDECIDED,
+            "reason": f"one {side} run: its noise is unknown (run with --runs 2 or more)",
+        }
+    spread = max(max(rs) - min(rs) for rs in per_pick.values())
+    found["clean_spread"] = spread
+    if min(ratios) <= 0 or found["cost"] <= spread:
+        return {
+            **found,
+            "class": WITHIN_NOISE,
+            "reason": f"the stock pick is {found['cost']:+.1%} by the {side} timing, inside the {side} runs' "
+            f"spread of {spread:.1%}",
+        }
+    also = f"; the stock runs disagree ({_picks(s_win)})" if len(set(s_win)) > 1 else ""
+    runs = Counter(s_win)
+    return {
+        **found,
+        "stock_picks": [
+            {"pick": p, "runs": runs[p], "cost": statistics.median(rs), "cost_low": min(rs), "cost_high": max(rs)}
+            for p, rs in sorted(per_pick.items(), key=lambda item: -runs[item[0]])
+        ],
+        "class": CHANGED,
+        "reason": f"every {side} run picked {short(winner, 60)}, and the stock pick is slower in each, by more "
+        f"than the {side} runs' spread of {spread:.1%}{also}",
+    }
 
-    def by_key(runs: list[list[dict[str, Any]]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
-        found: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-        for run in runs:
-            seen = set()
-            for d in run:
-                if _key(d) not in seen and d.get("winner") is not None:  # first tuning of a key per run
-                    seen.add(_key(d))
-                    found.setdefault(_key(d), []).append(d)
-        return found
 
-    stock, clean = by_key(stock_runs), by_key(clean_runs)
+def compare(
+    stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[str, Any]]], side: str = DEFAULT_POLICY
+) -> dict[str, Any]:
+    """Match every decision across the runs, say how reproducible each side's tuning is, and
+    classify each decision (``classify``).  Timings shown per choice are medians over a
+    side's runs; the stock/clean ratio of every choice summarises how the dirty flush moves
+    the timings themselves."""
+    stock, clean = _by_key(stock_runs), _by_key(clean_runs)
+    matched = [k for k in stock if k in clean]
     decisions: list[dict[str, Any]] = []
     ratios: list[float] = []
-    for key in [k for k in stock if k in clean]:
-        s_time = _medians(stock[key])
-        c_time = _medians(clean[key])
-        s_win, c_win = _modal([d["winner"] for d in stock[key]]), _modal([d["winner"] for d in clean[key]])
+    for key in matched:
+        s_time, c_time = _medians(stock[key]), _medians(clean[key])
         both = [label for label in c_time if label in s_time and c_time[label] > 0]
         ratios += [s_time[label] / c_time[label] for label in both]
-        cost = (c_time[s_win] / c_time[c_win] - 1) if s_win in c_time and c_time.get(c_win) else None
+        s_win = [d["winner"] for d in stock[key]]
+        c_win = [d["winner"] for d in clean[key]]
+        found = classify(stock[key], clean[key], side)
         decisions.append(
             {
                 "kind": key[0],
                 "op": key[1],
                 "key": key[2],
-                "changed": s_win != c_win,
-                "stock_winner": s_win,
-                "clean_winner": c_win,
-                "stock_winner_slower_by": cost,
+                **found,
+                "changed": found["class"] == CHANGED,
+                "stock_winner": _modal(s_win),
+                "clean_winner": _modal(c_win),
+                "stock_winners": s_win,
+                "clean_winners": c_win,
+                "stock_winner_slower_by": found["cost"],
                 "choices": len(both),
                 "timings_ms": {label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
             }
         )
-    changed = sorted((d for d in decisions if d["changed"]), key=lambda d: -(d["stock_winner_slower_by"] or 0.0))
+    changed = sorted((d for d in decisions if d["changed"]), key=lambda d: -d["cost"])
     q1, median, q3 = quartiles(ratios) if ratios else (None, None, None)
+    every = {STOCK: len(stock_runs), "clean": len(clean_runs)}
+    made = {s: [k for k in matched if len(found[k]) == every[s]] for s, found in ((STOCK, stock), ("clean", clean))}
     return {
         "decisions": decisions,
         "changed": changed,
+        "classes": {c: sum(d["class"] == c for d in decisions) for c in CLASSES},
+        "agreement": {
+            s: {
+                "runs": every[s],
+                "made_in_every_run": len(made[s]),
+                "agree": sum(_agrees(found[k], every[s]) for k in made[s]),
+            }
+            for s, found in ((STOCK, stock), ("clean", clean))
+        },
         "only_stock": [list(k) for k in stock if k not in clean],
         "only_clean": [list(k) for k in clean if k not in stock],
         "ratio_stock_over_clean": {"n": len(ratios), "q1": q1, "median": median, "q3": q3, "values": ratios},
@@ -149,13 +258,52 @@ def short(label: str, width: int = 90) -> str:
     return label if len(label) <= width else label[: width - 3] + "..."
 
 
+def _decision_line(d: dict[str, Any]) -> str:
+    return f"  {d['kind']} {short(d['op'], 70)} [{short(d['key'], 70)}]"
+
+
+def _cost(d: dict[str, Any]) -> str:
+    if d["cost"] is None:
+        return "not timed by the clean runs"
+    spread = "" if d["cost_low"] == d["cost_high"] else f" (runs: {d['cost_low']:+.1%} .. {d['cost_high']:+.1%})"
+    return f"{d['cost']:+.1%} slower by the clean timing{spread}"
+
+
+def _end_to_end_lines(e2e: dict[str, Any] | None, policy: str) -> list[str]:
+    if e2e is None:
+        return [
+            "end to end: no run compiled an Inductor program; a Triton @autotune decision's record holds no "
+            "inputs to re-time its winners, so its cost is the clean runs' own timing"
+        ]
+    lines = []
+    for g in e2e["graphs"] + ([{"name": "in total", **e2e["total"]}] if e2e.get("total") else []):
+        r, noise = g["ratio"], [v for v in g["same_side"].values() if v is not None]
+        judged = {
+            _ab_programs.SLOWER: "slower, beyond the noise",
+            _ab_programs.FASTER: "faster, beyond the noise",
+            _ab_programs.WITHIN_NOISE: "within the noise",
+            _ab_programs.UNKNOWN: "one run a side: the noise is unknown",
+        }[g["verdict"]]
+        if noise:
+            judged += f" (programs tuned under the same flush differ by up to {max(noise):.1%})"
+        lines.append(
+            f"  {g['name']}: {r['median'] - 1:+.1%} (q1 {r['q1'] - 1:+.1%}, q3 {r['q3'] - 1:+.1%}), "
+            f"{g['ms'][STOCK]:.3f} ms against {g['ms'][policy]:.3f} ms: {judged}"
+        )
+    head = (
+        f"end to end: the programs tuned under the stock flush against those tuned under {policy} "
+        "(timed together, no flush between calls)"
+    )
+    return [head, *lines, *(f"  {p}" for p in e2e["problems"])]
+
+
 def format_report(result: dict[str, Any]) -> str:
     cmp = result["comparison"]
+    policy = result["policy"]
     kinds = Counter(d["kind"] for d in cmp["decisions"])
     lines = [
         f"cleanflush ab: {' '.join(result['command'])}",
-        f"  stock flush ({STOCK}) against {result['policy']}, {result['runs']} run(s) each, interleaved, "
-        "fresh caches per run",
+        f"  stock flush ({STOCK}) against {policy}, {result['runs']} run(s) each, interleaved, fresh caches per run",
         "",
         f"autotuning decisions matched in both: {len(cmp['decisions'])} "
         f"(Triton autotuner {kinds.get('triton', 0)}, Inductor max-autotune {kinds.get('inductor', 0)}, "
@@ -166,18 +314,37 @@ def format_report(result: dict[str, Any]) -> str:
             "no autotuning decision was recorded: does the command autotune (Triton @autotune, "
             "torch.compile mode='max-autotune')?"
         )
-    elif not cmp["changed"]:
-        lines.append("the dirty flush did not change any decision here")
     else:
-        lines.append(f"changed by the dirty flush: {len(cmp['changed'])} of {len(cmp['decisions'])}")
-        for d in cmp["changed"]:
-            cost = d["stock_winner_slower_by"]
-            slower = f"{cost:+.1%} slower by the clean timing" if cost is not None else "not timed in the clean run"
-            lines += [
-                f"  {d['kind']} {d['op']} [{d['key']}]",
-                f"    stock picked {short(d['stock_winner'])}: {slower}",
-                f"    clean picked {short(d['clean_winner'])}",
-            ]
+        a = cmp["agreement"]
+        lines.append(
+            f"reproducible: stock runs agree on {a[STOCK]['agree']} of {a[STOCK]['made_in_every_run']} decisions, "
+            f"{policy} runs on {a['clean']['agree']} of {a['clean']['made_in_every_run']}"
+            + ("" if result["runs_compared"] > 1 else " (one run a side: nothing to agree with)")
+        )
+        changed = cmp["changed"]
+        if not changed:
+            lines.append("the dirty flush did not change any decision here beyond the noise")
+        else:
+            lines.append(
+                f"changed by the dirty flush: {len(changed)} of {len(cmp['decisions'])} (every {policy} run "
+                f"agrees, and the stock pick is slower by more than the {policy} runs' spread)"
+            )
+            for d in changed:
+                lines.append(_decision_line(d))
+                for p in d["stock_picks"]:
+                    runs = (
+                        ""
+                        if p["runs"] == len(d["stock_winners"])
+                        else f" in {p['runs']} of {len(d['stock_winners'])} runs"
+                    )
+                    lines.append(f"    stock picked {short(p['pick'])}{runs}: {_cost(p)}")
+                lines.append(f"    clean picked {short(d['clean_winner'])}")
+        for cls in (UNSTABLE, WITHIN_NOISE, UNDECIDED):
+            found = [d for d in cmp["decisions"] if d["class"] == cls]
+            if found:
+                lines.append(f"{cls}: {len(found)}")
+                lines += [f"{_decision_line(d)}: {d['reason']}" for d in found]
+        lines.append(f"unchanged: {cmp['classes'][UNCHANGED]}")
     r = cmp["ratio_stock_over_clean"]
     if r["n"]:
         lines.append(
@@ -187,6 +354,8 @@ def format_report(result: dict[str, Any]) -> str:
     for side in ("only_stock", "only_clean"):
         if cmp[side]:
             lines.append(f"decisions made only in the {side[5:]} runs: {len(cmp[side])}")
+    if "end_to_end" in result and not result["interrupted"]:
+        lines += _end_to_end_lines(result["end_to_end"], policy)
     if result.get("figure"):
         lines.append(f"figure: {result['figure']}")
     failed = [r for r in result["run_codes"] if r["code"] != 0]
@@ -199,14 +368,51 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def _time_programs(
+    base: dict[str, str], work: str, folders: list[tuple[str, str]], policy: str
+) -> dict[str, Any] | None:
+    """The end-to-end timing of the programs the runs compiled (``_ab_programs``), in a
+    process of its own; None when no run compiled one."""
+    runs = [
+        {"side": side, "policy": side, "paths": _ab_programs.find(os.path.join(f, "inductor"))} for side, f in folders
+    ]
+    if not any(r["paths"] for r in runs):
+        return None
+    print("cleanflush ab: timing the programs every run compiled, end to end", file=sys.stderr, flush=True)
+    folder = os.path.join(work, "end-to-end")
+    env = {k: v for k, v in run_env(base, policy, folder).items() if k != DECISIONS_VAR}
+    spec, out = os.path.join(folder, "spec.json"), os.path.join(folder, "timing.json")
+    with open(spec, "w", encoding="utf-8") as f:
+        json.dump({"runs": runs}, f)
+    child = subprocess.run(
+        [sys.executable, "-m", "cleanflush._ab_programs", spec, out],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+    )
+    if child.returncode != 0 or not os.path.exists(out):
+        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"graphs": [], "problems": [f"the timing process failed (exit {child.returncode}): {last}"[:300]]}
+    with open(out, encoding="utf-8") as f:
+        record: dict[str, Any] = json.load(f)
+    return record
+
+
 def run(
     command: list[str],
     policy: str = DEFAULT_POLICY,
-    runs: int = 1,
+    runs: int = RUNS,
     keep: str | None = None,
     job_stdout: Any = None,
 ) -> tuple[dict[str, Any], int]:
-    """Run ``command`` ``runs`` times under each flush, interleaved; return (record, exit code).
+    """Run ``command`` ``runs`` times under each flush, interleaved; time the programs the
+    runs compiled end to end; return (record, exit code).
 
     Each run's folder (``runN-SIDE`` in ``keep``, or in a temporary folder removed at the end)
     starts empty, so a kept folder never lends a run another run's decisions.  Ctrl-C stops
@@ -215,25 +421,38 @@ def run(
     base = {k: v for k, v in os.environ.items() if k not in (POLICY_VAR, DECISIONS_VAR)}
     work = keep or tempfile.mkdtemp(prefix="cleanflush-ab-")
     sides: dict[str, list[list[dict[str, Any]]]] = {STOCK: [], policy: []}
+    folders: list[tuple[str, str]] = []
     codes: list[dict[str, Any]] = []
     skipped: list[str] = []
     interrupted = False
+    end_to_end = None
+    started = time.monotonic()
     try:
-        for index, side in enumerate([s for _ in range(runs) for s in (STOCK, policy)], 1):
+        plan = [s for _ in range(runs) for s in (STOCK, policy)]
+        for index, side in enumerate(plan, 1):
             folder = os.path.join(work, f"run{index}-{side}")
             shutil.rmtree(folder, ignore_errors=True)
-            print(f"cleanflush ab: run {index} of {2 * runs}: {side}", file=sys.stderr, flush=True)
+            elapsed = time.monotonic() - started
+            left = f", about {_clock(elapsed / (index - 1) * (len(plan) - index + 1))} left" if index > 1 else ""
+            print(
+                f"cleanflush ab: run {index} of {len(plan)}: {side} ({_clock(elapsed)} elapsed{left})",
+                file=sys.stderr,
+                flush=True,
+            )
             try:
                 code = subprocess.run(command, env=run_env(base, side, folder), stdout=job_stdout).returncode
             except OSError as exc:  # the command cannot start: say so as a shell would
                 print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
                 code = 127
             codes.append({"index": index, "policy": side, "code": code})
+            folders.append((side, folder))
             found, bad = read_decisions(os.path.join(folder, "decisions.jsonl"))
             sides[side].append(found)
             skipped += bad
             for line in bad:
                 print(f"cleanflush ab: {line}", file=sys.stderr)
+        done = len(folders) - len(folders) % 2
+        end_to_end = _time_programs(base, work, folders[:done], policy)
     except KeyboardInterrupt:  # subprocess.run has killed the job: report the runs that finished
         interrupted = True
         print("cleanflush ab: interrupted; the report covers the runs that finished", file=sys.stderr)
@@ -251,7 +470,9 @@ def run(
         "work_dir": keep,
         "run_codes": codes,
         "skipped_lines": skipped,
-        "comparison": compare(sides[STOCK][:done], sides[policy][:done]),
+        "comparison": compare(sides[STOCK][:done], sides[policy][:done], policy),
+        "end_to_end": end_to_end,
+        "elapsed_s": time.monotonic() - started,
     }
     if interrupted:
         return result, 130

@@ -1,5 +1,5 @@
-"""The figure of ``cleanflush ab --figure``: the stock/clean ratio of every choice, and the
-cost of each changed decision.  Presentation only: tests check that it draws, and mutation
+"""The figure of ``cleanflush ab --figure``: how reproducible each side's tuning is, the cost
+of each changed decision, and the end-to-end result.  Presentation only: tests check that it draws, and mutation
 testing leaves it out (docs/development.md)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from ._ab import STOCK, short
 
 
 def draw(result: dict[str, Any], path: str) -> str | None:
-    """The figure: the stock/clean ratio of every choice, and the cost of each changed
-    decision.  None (and the reason in the report) when matplotlib is missing."""
+    """The figure: each side's agreement, the changed decisions' costs, the end-to-end
+    ratios.  None (and the reason in the report) when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -19,27 +19,49 @@ def draw(result: dict[str, Any], path: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no figure (pip install matplotlib)"
-    cmp = result["comparison"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 1.2]})
-    values = cmp["ratio_stock_over_clean"]["values"]
-    left.hist(values or [1.0], bins=30, color="#888")
-    left.axvline(1.0, color="k", lw=1)
-    left.set_xlabel("stock / clean timing of each choice")
-    left.set_ylabel("choices")
-    left.set_title(f"{len(values)} choices in {len(cmp['decisions'])} decisions")
+    cmp, policy = result["comparison"], result["policy"]
+    fig, (agree, cost, e2e) = plt.subplots(1, 3, figsize=(14, 4.5), gridspec_kw={"width_ratios": [0.6, 1.2, 1]})
+    a = cmp["agreement"]
+    sides = [(STOCK, a[STOCK]), (policy, a["clean"])]
+    agree.bar(range(2), [s["made_in_every_run"] for _, s in sides], color="#ddd", label="decisions")
+    agree.bar(range(2), [s["agree"] for _, s in sides], color=["#c44", "#48c"], label="runs agree")
+    agree.set_xticks(range(2), [name for name, _ in sides])
+    agree.set_title(f"reproducible ({result['runs_compared']} runs a side)")
+    agree.legend(fontsize=7)
     changed = cmp["changed"]
     if changed:
-        labels = [f"{d['op'].split('.')[-1]}\n{short(d['key'], 28)}" for d in changed]
-        costs = [100 * (d["stock_winner_slower_by"] or 0) for d in changed]
-        right.barh(range(len(costs)), costs, height=0.6, color="#c44")
-        right.set_yticks(range(len(costs)), labels, fontsize=7)
-        right.set_ylim(len(costs) - 0.5, -0.5 - max(0, 2 - len(costs)))
-        right.set_xlabel("stock pick slower, by the clean timing (%)")
+        labels = [f"{short(d['op'].split('.')[-1], 32)}\n{short(d['key'], 32)}" for d in changed]
+        mid = [100 * d["cost"] for d in changed]
+        low = [100 * (d["cost"] - d["cost_low"]) for d in changed]
+        high = [100 * (d["cost_high"] - d["cost"]) for d in changed]
+        cost.barh(range(len(mid)), mid, xerr=[low, high], height=0.6, color="#c44")
+        cost.set_yticks(range(len(mid)), labels, fontsize=6)
+        cost.set_ylim(len(mid) - 0.5, -0.5 - max(0, 2 - len(mid)))
+        cost.set_xlabel("stock pick slower, by the clean timing (%)")
     else:
-        right.text(0.5, 0.5, "the dirty flush did not\nchange any decision", ha="center", va="center")
-        right.set_axis_off()
-    right.set_title(f"changed decisions: {len(changed)}")
-    fig.suptitle(f"cleanflush ab: stock ({STOCK}) vs {result['policy']}")
+        cost.text(0.5, 0.5, "the dirty flush changed no\ndecision beyond the noise", ha="center", va="center")
+        cost.set_axis_off()
+    cost.set_title(f"changed decisions: {len(changed)} of {len(cmp['decisions'])}")
+    timed = result.get("end_to_end") or {}
+    rows = timed.get("graphs", []) + ([{"name": "in total", **timed["total"]}] if timed.get("total") else [])
+    if rows:
+        mid = [100 * (g["ratio"]["median"] - 1) for g in rows]
+        low = [100 * (g["ratio"]["median"] - g["ratio"]["q1"]) for g in rows]
+        high = [100 * (g["ratio"]["q3"] - g["ratio"]["median"]) for g in rows]
+        noise = max((v for g in rows for v in g["same_side"].values() if v is not None), default=None)
+        if noise is not None:  # programs tuned under the same flush differ by this much
+            e2e.axvspan(-100 * noise, 100 * noise, color="#eee", label="same-flush spread")
+            e2e.legend(fontsize=7)
+        e2e.barh(range(len(rows)), mid, xerr=[low, high], height=0.6, color="#888")
+        e2e.set_yticks(range(len(rows)), [g["name"] for g in rows], fontsize=7)
+        e2e.set_ylim(len(rows) - 0.5, -0.5)
+        e2e.axvline(0, color="k", lw=1)
+        e2e.set_xlabel(f"stock-tuned program slower than {policy}-tuned (%)", fontsize=8)
+    else:
+        e2e.text(0.5, 0.5, "no compiled program\nto time end to end", ha="center", va="center")
+        e2e.set_axis_off()
+    e2e.set_title("end to end (q1-q3)")
+    fig.suptitle(f"cleanflush ab: stock ({STOCK}) vs {policy}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

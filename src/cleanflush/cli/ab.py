@@ -33,11 +33,13 @@ def add_parser(commands: Any) -> None:
     ab = commands.add_parser(
         "ab",
         help="run a command with the stock flush and with a clean one; show which autotuning "
-        "decisions the dirty flush changed",
+        "decisions the dirty flush changed and what that costs the compiled program",
         description="Run COMMAND with the stock flush and with a clean policy (RUNS times each, interleaved), "
         "each run with fresh private Triton and Inductor caches so that it really tunes; record "
         "every autotuning decision (Triton's Autotuner, Inductor's max-autotune), workers included; "
-        "report which decisions changed and what the stock pick costs by the clean timing.",
+        "say how reproducible each side's tuning is, which decisions the dirty flush changed beyond "
+        "the clean runs' own spread and what the stock pick costs, and time the programs Inductor "
+        "compiled in each run against each other, end to end.",
         usage="cleanflush ab [--policy P] [--runs N] [--figure PNG] [--json [PATH]] [--keep DIR] -- COMMAND [ARGS...]",
         epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted",
     )
@@ -47,7 +49,12 @@ def add_parser(commands: Any) -> None:
         default=_env.DEFAULT_POLICY,
         help=f"the clean side: {' or '.join(CLEAN)} (default {_env.DEFAULT_POLICY})",
     )
-    ab.add_argument("--runs", type=positive, default=1, help="runs of each side, interleaved (default 1)")
+    ab.add_argument(
+        "--runs",
+        type=positive,
+        default=_ab.RUNS,
+        help=f"runs of each side, interleaved (default {_ab.RUNS}: one run cannot tell a change from noise)",
+    )
     ab.add_argument("--figure", metavar="PNG", help="draw the comparison (needs matplotlib)")
     ab.add_argument(
         "--keep",

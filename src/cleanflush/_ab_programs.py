@@ -1,0 +1,231 @@
+"""End to end for ``cleanflush ab``: the compiled programs each run produced, timed in one process.
+
+Inductor writes every graph it compiles as a Python module (its output code) into the run's
+private cache folder, and the module carries its own benchmark entry: ``get_args()`` makes
+inputs of the graph's shapes, ``call(args)`` runs the program.  ``time_programs`` loads the
+programs of every run, matches a graph across runs by its inputs (shapes, strides, dtypes,
+in the order compiled), lets each program tune its kernels' configs on its first call under
+its run's flush (as the job itself did), then times all of them interleaved: back-to-back
+calls with no flush between them, measured by CUDA events (the host clock without a GPU).
+The timer shares no code with the flush under test.
+
+Run as ``python -m cleanflush._ab_programs SPEC.json OUT.json`` by ``_ab.run``; needs torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from ._stats import quartiles
+
+MARK = "def benchmark_compiled_module("  # what makes a module Inductor's output code, not a kernel
+REPS = 21  # timed samples of each program
+SAMPLE_S = 0.002  # back-to-back calls per sample: enough to fill this much time
+SLOWER, FASTER, WITHIN_NOISE, UNKNOWN = "slower", "faster", "within noise", "unknown"
+
+
+def find(folder: str) -> list[str]:
+    """The compiled programs (Inductor output code) under ``folder``, in the order written."""
+    found = []
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            if name.endswith(".py"):
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    if MARK in f.read():
+                        found.append(path)
+    return sorted(found, key=os.path.getmtime)
+
+
+def _signature(args: list[Any]) -> str:
+    parts = []
+    for a in args:
+        if hasattr(a, "shape") and hasattr(a, "stride"):
+            parts.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}{list(a.stride())}@{a.device.type}")
+        else:
+            parts.append(repr(a))
+    return ", ".join(parts)
+
+
+def _fresh_kernels() -> str | None:
+    """Make the next program load kernels of its own: Inductor caches compiled kernels by
+    their source in memory, and two programs sharing a kernel would share its tuning."""
+    from torch._inductor import utils
+
+    clear = getattr(utils, "clear_caches", None) or getattr(utils, "clear_inductor_caches", None)
+    if clear is None:
+        return "this torch has no way to clear Inductor's kernel caches: kernels of the same source share one tuning"
+    clear()
+    return None
+
+
+def _load(path: str, index: int) -> Any:
+    spec = importlib.util.spec_from_file_location(f"cleanflush_ab_program_{index}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Clock:
+    """Seconds of ``calls`` back-to-back calls of ``fn``: CUDA events on a GPU program."""
+
+    def __init__(self, cuda: bool) -> None:
+        import torch
+
+        self.torch, self.cuda = torch, cuda
+
+    def __call__(self, fn: Callable[[], Any], calls: int) -> float:
+        torch = self.torch
+        if not self.cuda:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            return (time.perf_counter() - start) / calls
+        torch.cuda.synchronize()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return float(begin.elapsed_time(end)) / 1e3 / calls
+
+
+def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float = SAMPLE_S) -> dict[str, Any]:
+    """Time every graph that every run compiled; ``runs``: [{"side", "policy", "paths"}], the
+    stock side first.
+
+    Per graph and repetition, a side's time is the median over its runs' programs; the
+    stock/clean ratio is summarised over the repetitions (q1, median, q3).  ``same_side``
+    says how far programs tuned under the same flush are from each other (the largest
+    |median ratio - 1| of a side's programs against its first): the noise a stock/clean
+    difference is judged against.
+    """
+    import cleanflush
+
+    problems: list[str] = []
+    programs: dict[str, list[dict[str, Any]]] = {}  # graph -> its program in each run
+    for r, run in enumerate(runs):
+        seen: Counter[str] = Counter()
+        for path in run["paths"]:
+            why = _fresh_kernels()
+            if why and why not in problems:
+                problems.append(why)
+            try:
+                module = _load(path, sum(map(len, programs.values())))
+                args = module.get_args()
+            except Exception as exc:  # a program that cannot load is left out and named
+                problems.append(f"{path}: cannot load ({type(exc).__name__}: {exc})"[:300])
+                continue
+            signature = _signature(args)
+            seen[signature] += 1
+            with cleanflush.policy(run["policy"]):  # the first call tunes its kernels' configs
+                module.call(list(args))
+            programs.setdefault(f"{signature} #{seen[signature]}", []).append(
+                {
+                    "run": r,
+                    "path": path,
+                    "fn": lambda call=module.call, args=args: call(list(args)),
+                    "cuda": any(getattr(getattr(a, "device", None), "type", None) == "cuda" for a in args),
+                }
+            )
+    sides = list(dict.fromkeys(run["side"] for run in runs))
+    graphs = []
+    for number, (graph, found) in enumerate(programs.items(), 1):
+        if sorted(p["run"] for p in found) != list(range(len(runs))):
+            problems.append(f"graph {number} ({graph}) was not compiled by every run: not timed")
+            continue
+        samples = _time_graph(found, reps, sample_s)
+        graphs.append(
+            {
+                "name": f"graph {number}",
+                "inputs": graph,
+                "programs": {s: [p["path"] for p in found if runs[p["run"]]["side"] == s] for s in sides},
+                **_summary({s: [ps for p, ps in zip(found, samples) if runs[p["run"]]["side"] == s] for s in sides}),
+            }
+        )
+    record: dict[str, Any] = {"sides": sides, "graphs": graphs, "problems": problems, "reps": reps}
+    if graphs:  # the whole job: every graph once per step
+        total = {
+            s: [
+                [sum(col) for col in zip(*(g["program_samples"][s][j] for g in graphs))]
+                for j in range(len(graphs[0]["program_samples"][s]))
+            ]
+            for s in sides
+        }
+        record["total"] = {k: v for k, v in _summary(total).items() if k != "program_samples"}
+    return record
+
+
+def _time_graph(found: list[dict[str, Any]], reps: int, sample_s: float) -> list[list[float]]:
+    """Seconds per call of each program, ``reps`` samples each, the programs interleaved."""
+    clock = _Clock(any(p["cuda"] for p in found))
+    for p in found:  # warm: allocator, caches, clocks
+        clock(p["fn"], 3)
+    calls = max(1, min(10_000, round(sample_s / max(clock(p["fn"], 3) for p in found))))
+    samples: list[list[float]] = [[] for _ in found]
+    order = list(range(len(found)))
+    for rep in range(reps):
+        shift = rep % len(order)
+        for i in order[shift:] + order[:shift]:  # every program takes every slot in turn
+            samples[i].append(clock(found[i]["fn"], calls))
+    return samples
+
+
+def judge(stock: list[float], clean: list[float]) -> str:
+    """SLOWER or FASTER (the stock-tuned programs against the clean-tuned ones), WITHIN_NOISE,
+    or UNKNOWN with one program a side.  ``stock``, ``clean``: each program's time.
+
+    A difference is claimed only when the sides do not overlap and the gap between them is
+    wider than the spread among either side's own programs: programs tuned under the same
+    flush differ by re-tuning alone, and that is the noise.  Identical programs pass by
+    chance about 1 time in 9 with two runs a side, about 1 in 100 with three (tests check it).
+    """
+    if len(stock) < 2 or len(clean) < 2:
+        return UNKNOWN
+    spread = max(max(side) / min(side) - 1 for side in (stock, clean))
+    if min(stock) / max(clean) - 1 > spread:
+        return SLOWER
+    if min(clean) / max(stock) - 1 > spread:
+        return FASTER
+    return WITHIN_NOISE
+
+
+def _summary(program_samples: dict[str, list[list[float]]]) -> dict[str, Any]:
+    """``program_samples``: side -> its programs' samples, the stock side first."""
+    sides = list(program_samples)
+    per_side = {s: [statistics.median(col) for col in zip(*program_samples[s])] for s in sides}
+    q1, median, q3 = quartiles(a / b for a, b in zip(per_side[sides[0]], per_side[sides[-1]]))
+    programs = {s: [statistics.median(ps) for ps in program_samples[s]] for s in sides}
+    return {
+        "ms": {s: statistics.median(per_side[s]) * 1e3 for s in sides},
+        "ratio": {"q1": q1, "median": median, "q3": q3},
+        "program_ms": {s: [t * 1e3 for t in ts] for s, ts in programs.items()},
+        "same_side": {s: max(ts) / min(ts) - 1 if len(ts) > 1 else None for s, ts in programs.items()},
+        "verdict": judge(programs[sides[0]], programs[sides[-1]]),
+        "program_samples": program_samples,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec_path, out_path = argv if argv is not None else sys.argv[1:]
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    record = time_programs(spec["runs"], spec.get("reps", REPS), spec.get("sample_s", SAMPLE_S))
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

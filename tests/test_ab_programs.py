@@ -1,0 +1,139 @@
+"""`cleanflush ab`'s end-to-end timing: finding Inductor's compiled programs, matching a graph
+across runs, timing them interleaved, and the rule that says whether the sides differ."""
+
+import json
+import random
+import textwrap
+
+import pytest
+
+from cleanflush import _ab_programs as programs
+
+from .conftest import run_python
+
+torch = pytest.importorskip("torch")
+
+
+def test_the_sides_differ_only_when_they_part_by_more_than_their_own_spread():
+    assert programs.judge([1.30, 1.32], [1.00, 1.01]) == "slower"
+    assert programs.judge([1.00, 1.01], [1.30, 1.32]) == "faster"
+    # negative controls: the sides overlap; or they part by less than one side's own spread
+    assert programs.judge([1.00, 1.30], [1.10, 1.20]) == "within noise"
+    # at the edge: a gap of 18.8% (1.20 / 1.01) against a stock spread of 18.3%, then 19.2%
+    assert programs.judge([1.20, 1.42], [1.00, 1.01]) == "slower"
+    assert programs.judge([1.20, 1.43], [1.00, 1.01]) == "within noise"
+    assert programs.judge([1.00, 1.01], [1.20, 1.43]) == "within noise"
+    assert programs.judge([1.30], [1.00, 1.01]) == "unknown"
+
+
+@pytest.mark.parametrize(("runs", "low", "high"), [(2, 0.08, 0.15), (3, 0.0, 0.03)])
+def test_identical_programs_are_called_different_as_rarely_as_the_docstring_says(runs, low, high):
+    # programs that differ by noise alone (re-tuning, placement), drawn the same for both sides
+    rng = random.Random(20261201)
+    trials = 4000
+    claimed = sum(
+        programs.judge(
+            [rng.lognormvariate(0, 0.05) for _ in range(runs)], [rng.lognormvariate(0, 0.05) for _ in range(runs)]
+        )
+        != "within noise"
+        for _ in range(trials)
+    )
+    assert low <= claimed / trials <= high
+
+
+# Inductor's output code as torch 2.13.0 writes it (torch/_inductor/codegen/wrapper.py at
+# cf30153c4c131c8164ee7798e5022d810682e2cb: `call(args)`, `get_args()`, and the module's own
+# `benchmark_compiled_module` entry); this stand-in sleeps instead of computing.
+PROGRAM = """
+import time
+import torch
+
+def call(args):
+    x, = args
+    args.clear()
+    time.sleep({seconds})
+    return (x,)
+
+def get_args():
+    return [torch.zeros({shape})]
+
+def benchmark_compiled_module(args, times=10, repeat=10):
+    pass
+"""
+
+
+def program(tmp_path, name, seconds, shape=(4, 4)):
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(PROGRAM.format(seconds=seconds, shape=shape))
+    return str(path)
+
+
+def test_programs_tuned_under_the_stock_flush_that_run_slower_are_found_slower(tmp_path):
+    runs = [
+        {"side": "write", "policy": "write", "paths": [program(tmp_path, "s1.py", 0.003)]},
+        {"side": "write-read", "policy": "write-read", "paths": [program(tmp_path, "c1.py", 0.001)]},
+        {"side": "write", "policy": "write", "paths": [program(tmp_path, "s2.py", 0.003)]},
+        {"side": "write-read", "policy": "write-read", "paths": [program(tmp_path, "c2.py", 0.001)]},
+    ]
+    record = programs.time_programs(runs, reps=5, sample_s=0.004)
+    [graph] = record["graphs"]
+    assert graph["verdict"] == "slower" and record["total"]["verdict"] == "slower"
+    assert 2.0 < graph["ratio"]["median"] < 3.5
+    assert graph["inputs"] == "float32[4, 4][4, 1]@cpu #1"
+    assert graph["programs"] == {
+        "write": [runs[0]["paths"][0], runs[2]["paths"][0]],
+        "write-read": [runs[1]["paths"][0], runs[3]["paths"][0]],
+    }
+    assert record["problems"] == []
+
+
+def test_a_graph_missing_from_a_run_or_a_program_that_cannot_load_is_named_not_timed(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('no GPU here')\n")
+    runs = [
+        {
+            "side": "write",
+            "policy": "write",
+            "paths": [program(tmp_path, "a.py", 0), program(tmp_path, "b.py", 0, (8,))],
+        },
+        {"side": "write-read", "policy": "write-read", "paths": [program(tmp_path, "c.py", 0), str(broken)]},
+    ]
+    record = programs.time_programs(runs, reps=3, sample_s=0.0001)
+    assert [g["inputs"] for g in record["graphs"]] == ["float32[4, 4][4, 1]@cpu #1"]
+    assert record["graphs"][0]["verdict"] == "unknown"  # one run a side
+    assert record["problems"] == [
+        f"{broken}: cannot load (RuntimeError: no GPU here)",
+        "graph 2 (float32[8][1]@cpu #1) was not compiled by every run: not timed",
+    ]
+
+
+def test_the_real_inductor_output_code_is_found_and_timed(tmp_path):
+    # a real torch.compile on CPU writes its program into the cache folder it is given
+    cache = tmp_path / "inductor"
+    compiled = run_python(
+        """
+        import torch
+        f = torch.compile(lambda x, w: torch.nn.functional.linear(x, w).relu())
+        f(torch.randn(1, 64), torch.randn(32, 64))
+        """,
+        {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"},
+    )
+    assert compiled.returncode == 0, compiled.stderr[-2000:]
+    [path] = programs.find(str(cache))
+    runs = [{"side": s, "policy": s, "paths": [path]} for s in ("write", "write-read")]
+    timed = run_python(
+        textwrap.dedent(
+            f"""
+            import json
+            from cleanflush import _ab_programs
+            print(json.dumps(_ab_programs.time_programs({runs!r}, reps=3, sample_s=0.001)))
+            """
+        ),
+        {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "timing"), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"},
+    )
+    assert timed.returncode == 0, timed.stderr[-2000:]
+    record = json.loads(timed.stdout.strip().splitlines()[-1])
+    [graph] = record["graphs"]
+    assert graph["inputs"] == "float32[1, 64][64, 1]@cpu, float32[32, 64][64, 1]@cpu #1"
+    assert record["problems"] == [] and graph["ms"]["write"] > 0
