@@ -4,6 +4,7 @@ cache isolation, and the whole command end to end."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -282,6 +283,10 @@ def test_ab_end_to_end_finds_the_flip(tmp_path):
     assert len(caches) == 4  # a fresh cache folder per run
     assert "changed by the dirty flush: 2 of 2" in child.stdout
     assert "+66.7% slower by the clean timing" in child.stdout
+    assert "reproducible: stock runs agree on 2 of 2 decisions, write-read runs on 2 of 2" in child.stdout
+    assert "cleanflush ab: run 1 of 4: write (0m00s elapsed)" in child.stderr
+    assert re.search(r"run 4 of 4: write-read \(\d+m\d\ds elapsed, about \d+m\d\ds left\)", child.stderr)
+    assert "end to end: no run compiled an Inductor program" in child.stdout
     data = json.loads(out.read_text())
     assert [r["policy"] for r in data["run_codes"]] == ["write", "write-read"] * 2
     assert len(data["comparison"]["changed"]) == 2

@@ -137,3 +137,41 @@ def test_the_real_inductor_output_code_is_found_and_timed(tmp_path):
     [graph] = record["graphs"]
     assert graph["inputs"] == "float32[1, 64][64, 1]@cpu, float32[32, 64][64, 1]@cpu #1"
     assert record["problems"] == [] and graph["ms"]["write"] > 0
+
+
+# A job that leaves one compiled program in its Inductor cache folder, as torch.compile does:
+# slower when tuned under the stock flush, or one that kills the process timing it.
+JOB = """
+import os, pathlib, sys
+stock = os.environ["CLEANFLUSH"] == "write"
+folder = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"], "tmpab", "xy")
+folder.mkdir(parents=True, exist_ok=True)
+(folder / "cxy.py").write_text(sys.argv[1].replace("SECONDS", "0.003" if stock else "0.001"))
+"""
+
+
+def ab_with_programs(tmp_path, program_text):
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    out = tmp_path / "ab.json"
+    child = run_python(
+        "import sys\nfrom cleanflush.__main__ import main\n"
+        f"sys.exit(main(['ab', '--json', {str(out)!r}, '--', sys.executable, {str(job)!r}, {program_text!r}]))"
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    return child, json.loads(out.read_text())
+
+
+def test_ab_times_the_programs_its_runs_compiled_end_to_end(tmp_path):
+    child, record = ab_with_programs(tmp_path, PROGRAM.format(seconds="SECONDS", shape=(4, 4)))
+    [graph] = record["end_to_end"]["graphs"]
+    assert graph["verdict"] == "slower" and len(graph["programs"]["write"]) == 2
+    assert "timing the programs every run compiled, end to end" in child.stderr
+    assert "  in total: +" in child.stdout and ": slower, beyond the noise (programs tuned under" in child.stdout
+
+
+def test_a_timing_process_that_dies_is_said_and_the_report_stands(tmp_path):
+    dies = "import os\ndef benchmark_compiled_module(): pass\ndef get_args():\n    os._exit(3)\n"
+    child, record = ab_with_programs(tmp_path, dies)
+    assert record["end_to_end"] == {"graphs": [], "problems": ["the timing process failed (exit 3): no output"]}
+    assert "  the timing process failed (exit 3): no output" in child.stdout
