@@ -3,6 +3,7 @@ across runs, timing them interleaved, and the rule that says whether the sides d
 
 import json
 import random
+import sys
 import textwrap
 
 import pytest
@@ -106,6 +107,52 @@ def test_a_graph_missing_from_a_run_or_a_program_that_cannot_load_is_named_not_t
         f"{broken}: cannot load (RuntimeError: no GPU here)",
         "graph 2 (float32[8][1]@cpu #1) was not compiled by every run: not timed",
     ]
+
+
+# A program that counts how many programs' inputs are alive when it runs.
+COUNTED = """
+import sys, types
+import torch
+
+alive = sys.modules.setdefault("cleanflush_test_alive", types.ModuleType("alive"))
+alive.__dict__.setdefault("now", 0)
+alive.__dict__.setdefault("most", 0)
+
+class Inputs(list):
+    def __init__(self):
+        super().__init__([torch.zeros({shape})])
+        alive.now += 1
+
+    def __del__(self):
+        alive.now -= 1
+
+def call(args):
+    alive.most = max(alive.most, alive.now)
+    args.clear()
+
+def get_args():
+    return Inputs()
+
+def benchmark_compiled_module(args, times=10, repeat=10):
+    pass
+"""
+
+
+def test_only_one_graphs_inputs_are_alive_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "cleanflush_test_alive", raising=False)
+
+    def paths(run):
+        found = []
+        for shape in ((4,), (8,)):  # two graphs a run
+            path = tmp_path / f"{run}-{shape[0]}.py"
+            path.write_text(COUNTED.format(shape=shape))
+            found.append(str(path))
+        return found
+
+    runs = [{"side": s, "policy": s, "paths": paths(s)} for s in ("write", "write-read")]
+    record = programs.time_programs(runs, reps=2, sample_s=0.0001)
+    assert len(record["graphs"]) == 2
+    assert sys.modules["cleanflush_test_alive"].most == 2  # the two programs of one graph, not all four
 
 
 def test_the_real_inductor_output_code_is_found_and_timed(tmp_path):

@@ -107,9 +107,10 @@ def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float 
 
     Per graph and repetition, a side's time is the median over its runs' programs; the
     stock/clean ratio is summarised over the repetitions (q1, median, q3).  ``same_side``
-    says how far programs tuned under the same flush are from each other (the largest
-    |median ratio - 1| of a side's programs against its first): the noise a stock/clean
-    difference is judged against.
+    says how far programs tuned under the same flush are from each other (slowest over
+    fastest, minus one): the noise ``judge`` holds a stock/clean difference against.  Only
+    one graph's inputs are alive at a time, so a job whose weights fill half the GPU can be
+    timed with several runs a side.
     """
     import cleanflush
 
@@ -131,13 +132,10 @@ def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float 
             seen[signature] += 1
             with cleanflush.policy(run["policy"]):  # the first call tunes its kernels' configs
                 module.call(list(args))
+            cuda = any(getattr(getattr(a, "device", None), "type", None) == "cuda" for a in args)
+            del args
             programs.setdefault(f"{signature} #{seen[signature]}", []).append(
-                {
-                    "run": r,
-                    "path": path,
-                    "fn": lambda call=module.call, args=args: call(list(args)),
-                    "cuda": any(getattr(getattr(a, "device", None), "type", None) == "cuda" for a in args),
-                }
+                {"run": r, "path": path, "module": module, "cuda": cuda}
             )
     sides = list(dict.fromkeys(run["side"] for run in runs))
     graphs = []
@@ -167,9 +165,15 @@ def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float 
     return record
 
 
+def _run(module: Any) -> Callable[[], Any]:
+    args = module.get_args()
+    return lambda: module.call(list(args))
+
+
 def _time_graph(found: list[dict[str, Any]], reps: int, sample_s: float) -> list[list[float]]:
     """Seconds per call of each program, ``reps`` samples each, the programs interleaved."""
     clock = _Clock(any(p["cuda"] for p in found))
+    found = [{**p, "fn": _run(p["module"])} for p in found]  # inputs made now, freed on return
     for p in found:  # warm: allocator, caches, clocks
         clock(p["fn"], 3)
     calls = max(1, min(10_000, round(sample_s / max(clock(p["fn"], 3) for p in found))))
