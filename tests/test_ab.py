@@ -131,6 +131,20 @@ def runs(*timings, op="k", key="1"):
     return [[decision(op, key, t)] for t in timings]
 
 
+def record_of(stock, clean):
+    """What ``_ab.run`` returns for these runs, as far as the report reads it."""
+    return {
+        "command": ["python", "x.py"],
+        "policy": "write-read",
+        "runs": len(stock),
+        "runs_compared": len(stock),
+        "run_codes": [],
+        "skipped_lines": [],
+        "interrupted": False,
+        "comparison": _ab.compare(stock, clean),
+    }
+
+
 STOCK_PICKS_A = runs({"a": 1.5, "b": 1.8}, {"a": 1.4, "b": 1.9})
 
 
@@ -186,18 +200,7 @@ def test_stock_runs_that_disagree_but_all_lose_beyond_the_noise_are_a_change():
     assert d["clean_winner"] == "c" and "the stock runs disagree" in d["reason"]
     each = [(p["pick"], p["runs"], round(p["cost_low"], 6), round(p["cost_high"], 6)) for p in d["stock_picks"]]
     assert each == [("a", 1, 1.0, 1.1), ("b", 1, 1.2, 1.3)]
-    report = _ab.format_report(
-        {
-            "command": ["job"],
-            "policy": "write-read",
-            "runs": 2,
-            "runs_compared": 2,
-            "run_codes": [],
-            "skipped_lines": [],
-            "interrupted": False,
-            "comparison": _ab.compare(stock, clean),
-        }
-    )
+    report = _ab.format_report(record_of(stock, clean))
     assert "    stock picked a in 1 of 2 runs: +105.0% slower by the clean timing (runs: +100.0% .. +110.0%)" in report
 
 
@@ -241,16 +244,7 @@ def test_timings_shown_per_choice_are_the_medians_over_a_sides_runs():
 
 def test_report_says_when_nothing_changed_and_when_nothing_was_tuned():
     same = [[decision("k", "1", {"a": 1.0, "b": 2.0})]]
-    result = {
-        "command": ["python", "x.py"],
-        "policy": "write-read",
-        "runs": 1,
-        "runs_compared": 1,
-        "run_codes": [],
-        "skipped_lines": [],
-        "interrupted": False,
-        "comparison": _ab.compare(same, same),
-    }
+    result = record_of(same, same)
     assert "the dirty flush did not change any decision here" in _ab.format_report(result)
     result["comparison"] = _ab.compare([[]], [[]])
     assert "no autotuning decision was recorded" in _ab.format_report(result)
@@ -646,17 +640,7 @@ def test_long_winner_labels_are_cut_to_the_width():
     assert _ab.short("abcdefgh", 6) == "abc..."
     stock = runs({"a" * 120: 1.0, "b": 2.0}, {"a" * 120: 1.0, "b": 2.0})
     clean = runs({"a" * 120: 3.0, "b": 2.0}, {"a" * 120: 3.0, "b": 2.0})
-    result = {
-        "command": ["python", "x.py"],
-        "policy": "write-read",
-        "runs": 2,
-        "runs_compared": 2,
-        "run_codes": [],
-        "skipped_lines": [],
-        "interrupted": False,
-        "comparison": _ab.compare(stock, clean),
-    }
-    lines = _ab.format_report(result).splitlines()
+    lines = _ab.format_report(record_of(stock, clean)).splitlines()
     assert f"    stock picked {'a' * 87}...: +50.0% slower by the clean timing" in lines
 
 
