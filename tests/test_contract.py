@@ -250,6 +250,18 @@ print(json.dumps({"before": before, "loaded": any(m in sys.modules for m in MODU
 
 
 @pytest.mark.parametrize("name", TARGETS)
+def test_status_of_a_disabled_target_before_the_import(tmp_path, name):
+    out, _ = child(tmp_path, name, BEFORE, {"CLEANFLUSH_DISABLE": name})
+    target = _registry.BY_NAME[name]
+    expected = (
+        ("disabled", "disabled by CLEANFLUSH_DISABLE; stays stock when imported")
+        if SPECS[name].package
+        else ("absent", f"{target.distributions[0]} is not installed")
+    )
+    assert out["before"] == [[target.title, *expected]]
+
+
+@pytest.mark.parametrize("name", TARGETS)
 def test_status_before_the_import(tmp_path, name):
     out, _ = child(tmp_path, name, BEFORE)
     target = _registry.BY_NAME[name]

@@ -278,6 +278,22 @@ def test_install_inside_a_block_exports_the_block_then_the_default():
     assert "CLEANFLUSH" not in os.environ and child_policy() == "write-read"  # a child's own import installs
 
 
+def test_uninstall_puts_the_users_variable_back_once():
+    cleanflush.uninstall()
+    os.environ["CLEANFLUSH"] = "read"
+    try:
+        assert cleanflush.install() is True
+        with cleanflush.policy("write"):
+            assert os.environ["CLEANFLUSH"] == "write"
+            cleanflush.uninstall()
+            assert os.environ["CLEANFLUSH"] == "read"  # as the user set it before the install
+            os.environ["CLEANFLUSH"] = "write-read"  # set by the user after it
+            cleanflush.uninstall()  # nothing left to undo: the user's value stays
+        assert os.environ["CLEANFLUSH"] == "write-read"
+    finally:
+        os.environ.pop("CLEANFLUSH")
+
+
 def test_install_under_cleanflush_0_does_nothing_and_children_stay_off():
     cleanflush.uninstall()
     os.environ["CLEANFLUSH"] = "0"

@@ -137,18 +137,17 @@ def install(policy: str | None, source: str) -> bool:
     return True
 
 
-def uninstall() -> bool:
-    """Revert every target; False where nothing was installed."""
+def uninstall() -> None:
+    """Revert every target and put ``CLEANFLUSH`` back as it was before the install."""
     with STATE.lock:
         if not STATE.installed:
-            return False
+            return
         STATE.installed = False
         for target in TARGETS:
             revert(target)
         _decisions.revert()
         _children.revert()
         _policy.export(False, STATE.env_before_install)
-    return True
 
 
 def adopt(value: str | None) -> None:
