@@ -389,7 +389,8 @@ def _time_programs(
     with open(spec, "w", encoding="utf-8") as f:
         json.dump({"runs": runs}, f)
     child = subprocess.run(
-        [sys.executable, "-m", "cleanflush._ab_programs", spec, out],
+        # imported by name, not run as __main__: the child is the module that tests see
+        [sys.executable, "-c", "import sys; from cleanflush._ab_programs import main; sys.exit(main())", spec, out],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

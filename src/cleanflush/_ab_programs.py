@@ -9,7 +9,7 @@ its run's flush (as the job itself did), then times all of them interleaved: bac
 calls with no flush between them, measured by CUDA events (the host clock without a GPU).
 The timer shares no code with the flush under test.
 
-Run as ``python -m cleanflush._ab_programs SPEC.json OUT.json`` by ``_ab.run``; needs torch.
+``_ab.run`` calls ``main`` in a process of its own (arguments: SPEC.json OUT.json); needs torch.
 """
 
 from __future__ import annotations
@@ -229,7 +229,3 @@ def main(argv: list[str] | None = None) -> int:
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(record, f)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
