@@ -289,9 +289,27 @@ def test_uninstall_puts_the_users_variable_back_once():
             assert os.environ["CLEANFLUSH"] == "read"  # as the user set it before the install
             os.environ["CLEANFLUSH"] = "write-read"  # set by the user after it
             cleanflush.uninstall()  # nothing left to undo: the user's value stays
-        assert os.environ["CLEANFLUSH"] == "write-read"
+        assert os.environ["CLEANFLUSH"] == "write-read" and cleanflush.is_installed() is False
     finally:
         os.environ.pop("CLEANFLUSH")
+
+
+def test_uninstall_puts_process_start_back_exactly():
+    import multiprocessing.process
+
+    cleanflush.uninstall()
+    stock = vars(multiprocessing.process.BaseProcess)["start"]
+    cleanflush.install()
+    assert vars(multiprocessing.process.BaseProcess)["start"] is not stock  # wrapped to hand on the policy
+    cleanflush.uninstall()
+    assert vars(multiprocessing.process.BaseProcess)["start"] is stock
+    cleanflush.install()
+
+
+def test_a_target_with_no_rows_yet_has_none():
+    from cleanflush import _state
+
+    assert _state.sites("no-such-target") == []
 
 
 def test_install_under_cleanflush_0_does_nothing_and_children_stay_off():
