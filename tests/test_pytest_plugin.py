@@ -2,6 +2,8 @@
 
 import pytest
 
+from cleanflush import pytest_plugin
+
 pytest.importorskip("triton")
 
 BODY = """
@@ -22,7 +24,8 @@ def test_marked():
     assert flush_ran() == ["write"]
 
 @pytest.mark.parametrize("cleanflush_policy", ["write", "read"], indirect=True)
-def test_ab(cleanflush_policy):
+def test_ab(cleanflush_policy, request):
+    assert cleanflush_policy == request.node.callspec.params["cleanflush_policy"]
     assert flush_ran() == [cleanflush_policy]
 
 @pytest.mark.cleanflush("read")
@@ -93,6 +96,8 @@ def test_a_misused_marker_is_a_usage_error_before_any_test(pytester, marker):
     result.assert_outcomes()  # nothing ran, not even the test before it
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
     assert len(errors) == 1 and "test_marked" in errors[0] and "write-read, read, write" in errors[0]
+    if marker != 'cleanflush("fast")':  # a marker of the wrong shape is shown the forms it takes
+        assert f"use {pytest_plugin.FORMS}" in errors[0]
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
@@ -118,7 +123,7 @@ pytestmark = pytest.mark.cleanflush("read")
 
 @pytest.mark.parametrize("cleanflush_policy", ["write", "write-read"], indirect=True)
 def test_the_parameter_over_the_module_marker(cleanflush_policy):
-    assert flush_ran() == [cleanflush_policy]
+    assert cleanflush_policy != "read" and flush_ran() == [cleanflush_policy]
 
 def test_the_module_marker_over_the_option():
     assert flush_ran() == ["read"]
@@ -132,3 +137,12 @@ def test_the_test_marker_over_the_module_marker(cleanflush_policy):
         "-p", "cleanflush.pytest_plugin", "-p", "no:cacheprovider", "--cleanflush", "write"
     )
     result.assert_outcomes(passed=4)
+
+
+def test_the_option_and_the_marker_are_in_pytests_help(pytester):
+    found = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "--help")
+    found.stdout.fnmatch_lines(  # pytest wraps the help at the terminal's width
+        ["*--cleanflush=POLICY*default cleanflush policy for this run: write-read,", "*read, write"]
+    )
+    found = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "--markers")
+    found.stdout.fnmatch_lines(["@pytest.mark.cleanflush(policy): run this test under that cleanflush flush policy"])
