@@ -2,6 +2,7 @@
 interpreter) and the real Inductor selector's feedback hook, the comparison, the report,
 cache isolation, and the whole command end to end."""
 
+import argparse
 import json
 import os
 import re
@@ -668,3 +669,53 @@ def test_no_matplotlib_is_said_instead_of_a_figure(tmp_path, monkeypatch):
     said = _ab_figure.draw(ab_result(True), str(path))
     assert said == "matplotlib is not installed: no figure (pip install matplotlib)"
     assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("[1, 2, 3]", "not a JSON object but list"),
+        ('{"kind": "triton", "winner": "a"}', "no op, key, timings_ms"),
+        ('{"kind": "t", "op": "o", "key": "k", "winner": "a", "timings_ms": [1.0]}', "timings_ms is not a mapping"),
+        (
+            '{"kind": "t", "op": "o", "key": "k", "winner": "a", "timings_ms": {"a": "1"}}',
+            "timings_ms is not a mapping",
+        ),
+        (
+            '{"kind": "t", "op": 1, "key": "k", "winner": "a", "timings_ms": {"a": 1.0}}',
+            "kind, op, key or winner is not",
+        ),
+    ],
+)
+def test_a_line_that_is_no_decision_says_what_is_wrong(line, why):
+    with pytest.raises(ValueError) as found:
+        _ab.decision(line)
+    full = {
+        "not a JSON object but list",
+        "no op, key, timings_ms",
+        "timings_ms is not a mapping of choices to numbers",
+        "kind, op, key or winner is not a string",
+    }
+    assert str(found.value) in full and str(found.value).startswith(why)
+
+
+def test_long_names_in_the_lists_below_the_headline_are_cut():
+    op, key, label = "o" * 100, "k" * 100, "w" * 100
+    stock = [[decision(op, key, {label: 1.0, "b": 2.0})], [decision(op, key, {label: 2.0, "b": 1.0})]]
+    clean = [[decision(op, key, {label: 2.0, "b": 1.0})], [decision(op, key, {label: 2.1, "b": 1.0})]]
+    lines = _ab.format_report(record_of(stock, clean)).splitlines()
+    [line] = [line for line in lines if line.startswith("  triton ")]
+    assert line.startswith(
+        f"  triton {'o' * 67}... [{'k' * 67}...]: the stock runs disagree ({'w' * 57}... in 1 of 2 runs"
+    )
+
+
+@pytest.mark.parametrize(("text", "runs"), [("1", 1), ("12", 12), ("0", None), ("-1", None), ("two", None)])
+def test_runs_is_a_positive_integer(text, runs):
+    from cleanflush.cli import ab
+
+    if runs is not None:
+        assert ab.positive(text) == runs
+        return
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^expected a positive integer, got {text!r}$"):
+        ab.positive(text)

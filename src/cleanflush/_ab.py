@@ -263,8 +263,6 @@ def _decision_line(d: dict[str, Any]) -> str:
 
 
 def _cost(d: dict[str, Any]) -> str:
-    if d["cost"] is None:
-        return "not timed by the clean runs"
     spread = "" if d["cost_low"] == d["cost_high"] else f" (runs: {d['cost_low']:+.1%} .. {d['cost_high']:+.1%})"
     return f"{d['cost']:+.1%} slower by the clean timing{spread}"
 
