@@ -719,3 +719,62 @@ def test_runs_is_a_positive_integer(text, runs):
         return
     with pytest.raises(argparse.ArgumentTypeError, match=f"^expected a positive integer, got {text!r}$"):
         ab.positive(text)
+
+
+def with_winner(timings, winner):
+    return {**decision("k", "1", timings), "winner": winner}
+
+
+def test_each_class_says_why_in_so_many_words():
+    long = "w" * 70
+    stock_ab = runs({"a": 1.0, "b": 2.0}, {"a": 2.0, "b": 1.0})
+    clean_b = runs({"a": 2.0, "b": 1.0}, {"a": 2.2, "b": 1.0})
+    cases = [
+        (stock_ab, clean_b, "the stock runs disagree (a in 1 of 2 runs, b in 1); every write-read run picked b"),
+        (clean_b, stock_ab, "the write-read runs disagree (a in 1 of 2 runs, b in 1)"),
+        (
+            stock_ab,
+            stock_ab,
+            "the write-read runs disagree (a in 1 of 2 runs, b in 1), "
+            "and so do the stock runs (a in 1 of 2 runs, b in 1)",
+        ),
+        (runs({"b": 1.0, "a": 2.0}) * 2, clean_b, "every run picked b"),
+        (runs({long: 1.0, "b": 2.0}) * 2, runs({long: 1.0, "b": 2.0}) * 2, f"every run picked {'w' * 57}..."),
+        (
+            runs({"a": 1.0, "b": 2.0}) * 2,
+            clean_b,
+            "every write-read run picked b, and the stock pick is slower in "
+            "each, by more than the write-read runs' spread of 20.0%",
+        ),
+        (runs({"a": 1.0, "b": 2.0}) * 2, runs({"b": 1.0}) * 2, "the write-read runs did not time the stock pick"),
+    ]
+    for stock, clean, reason in cases:
+        [d] = _ab.compare(stock, clean)["decisions"]
+        assert d["reason"] == reason
+        assert {"class", "reason", "cost", "cost_low", "cost_high", "clean_spread"} <= set(d)
+    [d] = _ab.compare(runs({"b": 1.0, long: 2.0}, {long: 1.0, "b": 2.0}), runs({long: 1.0, "b": 2.0}) * 2)["decisions"]
+    assert d["reason"].endswith(f"every write-read run picked {'w' * 57}...")
+    [d] = _ab.compare(runs({"a": 1.0, "b": 2.0}), runs({"a": 2.0, "b": 1.0}))["decisions"]
+    assert set(d) >= {"clean_spread"} and d["clean_spread"] is None
+
+
+def test_a_stock_pick_that_ties_the_clean_winner_is_no_change_even_if_another_loses():
+    clean = [[with_winner({"a": 1.0, "b": 1.5, "c": 1.0}, "c")], [with_winner({"a": 1.0, "b": 1.5, "c": 1.0}, "c")]]
+    stock = [[with_winner({"a": 1.0, "b": 2.0, "c": 3.0}, "a")], [with_winner({"a": 2.0, "b": 1.0, "c": 3.0}, "b")]]
+    [d] = _ab.compare(stock, clean)["decisions"]
+    assert d["class"] == "within noise"
+
+
+def test_a_cost_equal_to_the_spread_is_within_the_noise():
+    stock = runs({"a": 1.0, "b": 2.0}) * 2
+    clean = runs({"a": 1.25, "b": 1.0}, {"a": 1.75, "b": 1.0})  # +25% and +75%: cost 50%, spread 50%
+    [d] = _ab.compare(stock, clean)["decisions"]
+    assert (d["cost"], d["clean_spread"], d["class"]) == (0.5, 0.5, "within noise")
+
+
+def test_a_change_names_the_stock_picks_most_frequent_first_and_says_when_the_stock_runs_disagree():
+    stock = runs({"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 2.0, "b": 1.0, "c": 3.0}, {"a": 2.0, "b": 1.0, "c": 3.0})
+    clean = runs({"a": 2.0, "b": 2.2, "c": 1.0}, {"a": 2.1, "b": 2.3, "c": 1.0}, {"a": 2.0, "b": 2.2, "c": 1.0})
+    [d] = _ab.compare(stock, clean)["changed"]
+    assert [(p["pick"], p["runs"]) for p in d["stock_picks"]] == [("b", 2), ("a", 1)]
+    assert d["reason"].endswith("; the stock runs disagree (b in 2 of 3 runs, a in 1)")
