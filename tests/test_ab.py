@@ -756,6 +756,8 @@ def test_each_class_says_why_in_so_many_words():
     assert d["reason"].endswith(f"every write-read run picked {'w' * 57}...")
     [d] = _ab.compare(runs({"a": 1.0, "b": 2.0}), runs({"a": 2.0, "b": 1.0}))["decisions"]
     assert set(d) >= {"clean_spread"} and d["clean_spread"] is None
+    [d] = _ab.compare(runs({long: 2.0, "a": 1.0}) * 2, runs({long: 1.0, "a": 2.0}, {long: 1.0, "a": 2.2}))["changed"]
+    assert d["reason"].startswith(f"every write-read run picked {'w' * 57}..., and the stock pick is slower")
 
 
 def test_a_stock_pick_that_ties_the_clean_winner_is_no_change_even_if_another_loses():

@@ -222,3 +222,44 @@ def test_a_timing_process_that_dies_is_said_and_the_report_stands(tmp_path):
     child, record = ab_with_programs(tmp_path, dies)
     assert record["end_to_end"] == {"graphs": [], "problems": ["the timing process failed (exit 3): no output"]}
     assert "  the timing process failed (exit 3): no output" in child.stdout
+
+
+def test_a_graphs_inputs_are_named_by_what_tells_programs_apart():
+    class ShapeOnly:  # has a shape but no strides: named by its repr
+        shape = (2,)
+
+        def __repr__(self):
+            return "ShapeOnly"
+
+    t = torch.zeros(2, 3).t()
+    assert programs._signature([t, 3, ShapeOnly()]) == "float32[3, 2][1, 3]@cpu, 3, ShapeOnly"
+
+
+def test_inductors_kernel_caches_are_cleared_by_the_name_this_torch_has(monkeypatch):
+    from torch._inductor import utils
+
+    called = []
+    monkeypatch.delattr(utils, "clear_caches", raising=False)
+    monkeypatch.setattr(utils, "clear_inductor_caches", lambda: called.append("older"), raising=False)
+    assert programs._fresh_kernels() is None and called == ["older"]
+    monkeypatch.setattr(utils, "clear_caches", lambda: called.append("newer"), raising=False)
+    assert programs._fresh_kernels() is None and called == ["older", "newer"]
+    monkeypatch.delattr(utils, "clear_caches")
+    monkeypatch.delattr(utils, "clear_inductor_caches")
+    assert programs._fresh_kernels() == (
+        "this torch has no way to clear Inductor's kernel caches: kernels of the same source share one tuning"
+    )
+
+
+def test_a_file_python_cannot_load_is_an_import_error_naming_it(tmp_path):
+    path = tmp_path / "program.txt"  # no loader for this suffix
+    path.write_text("x = 1\n")
+    with pytest.raises(ImportError, match=f"^cannot load {path}$"):
+        programs._load(str(path), 0)
+
+
+def test_the_host_clock_gives_seconds_per_call():
+    import time
+
+    per_call = programs._Clock(False)(lambda: time.sleep(0.002), 5)
+    assert 0.002 <= per_call < 0.02
