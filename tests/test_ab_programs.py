@@ -98,14 +98,42 @@ def test_a_graph_missing_from_a_run_or_a_program_that_cannot_load_is_named_not_t
             "policy": "write",
             "paths": [program(tmp_path, "a.py", 0), program(tmp_path, "b.py", 0, (8,))],
         },
-        {"side": "write-read", "policy": "write-read", "paths": [program(tmp_path, "c.py", 0), str(broken)]},
+        {"side": "write-read", "policy": "write-read", "paths": [str(broken), program(tmp_path, "c.py", 0)]},
     ]
     record = programs.time_programs(runs, reps=3, sample_s=0.0001)
-    assert [g["inputs"] for g in record["graphs"]] == ["float32[4, 4][4, 1]@cpu #1"]
+    assert [g["inputs"] for g in record["graphs"]] == ["float32[4, 4][4, 1]@cpu #1"]  # c.py, after the broken one
     assert record["graphs"][0]["verdict"] == "unknown"  # one run a side
     assert record["problems"] == [
         f"{broken}: cannot load (RuntimeError: no GPU here)",
         "graph 2 (float32[8][1]@cpu #1) was not compiled by every run: not timed",
+    ]
+
+
+def test_a_program_that_cannot_load_is_named_in_at_most_300_characters(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text(f"raise RuntimeError({'x' * 400!r})\n")
+    runs = [{"side": s, "policy": s, "paths": [str(broken)]} for s in ("write", "write-read")]
+    assert [len(p) for p in programs.time_programs(runs, reps=1)["problems"]] == [300, 300]
+
+
+def test_graphs_of_the_same_inputs_in_one_run_are_told_apart_by_their_order(tmp_path):
+    runs = [
+        {"side": s, "policy": s, "paths": [program(tmp_path, f"{s}1.py", 0), program(tmp_path, f"{s}2.py", 0)]}
+        for s in ("write", "write-read")
+    ]
+    record = programs.time_programs(runs, reps=1, sample_s=0.0001)
+    assert [g["inputs"] for g in record["graphs"]] == ["float32[4, 4][4, 1]@cpu #1", "float32[4, 4][4, 1]@cpu #2"]
+    assert [g["programs"]["write"] for g in record["graphs"]] == [[runs[0]["paths"][0]], [runs[0]["paths"][1]]]
+
+
+def test_a_torch_that_cannot_clear_its_kernel_caches_is_said_once(tmp_path, monkeypatch):
+    from torch._inductor import utils
+
+    monkeypatch.delattr(utils, "clear_caches", raising=False)
+    monkeypatch.delattr(utils, "clear_inductor_caches", raising=False)
+    runs = [{"side": s, "policy": s, "paths": [program(tmp_path, f"{s}.py", 0)]} for s in ("write", "write-read")]
+    assert programs.time_programs(runs, reps=1, sample_s=0.0001)["problems"] == [
+        "this torch has no way to clear Inductor's kernel caches: kernels of the same source share one tuning"
     ]
 
 
