@@ -291,3 +291,24 @@ def test_the_host_clock_gives_seconds_per_call():
 
     per_call = programs._Clock(False)(lambda: time.sleep(0.002), 5)
     assert 0.002 <= per_call < 0.02
+
+
+def test_the_record_word_for_word(tmp_path):
+    runs = [
+        {"side": s, "policy": s, "paths": [program(tmp_path, f"{s}{i}.py", seconds)]}
+        for i in range(2)
+        for s, seconds in (("write", 0.003), ("write-read", 0.001))
+    ]
+    record = programs.time_programs(runs, reps=3, sample_s=0.004)
+    summary = {"ms", "ratio", "program_ms", "same_side", "verdict"}
+    assert set(record) == {"sides", "graphs", "problems", "reps", "total"}
+    assert (record["sides"], record["reps"], record["problems"]) == (["write", "write-read"], 3, [])
+    [graph] = record["graphs"]
+    assert set(graph) == summary | {"name", "inputs", "programs", "program_samples"} and graph["name"] == "graph 1"
+    assert set(record["total"]) == summary
+    for found in (graph, record["total"]):
+        assert set(found["ratio"]) == {"q1", "median", "q3"}
+        assert 2.9 < found["ms"]["write"] < 30 and 0.9 < found["ms"]["write-read"] < 10  # milliseconds
+        assert all(0.9 < ms < 30 for side in found["program_ms"].values() for ms in side)
+        assert all(isinstance(found["same_side"][s], float) for s in ("write", "write-read"))
+    assert [len(samples) for side in graph["program_samples"].values() for samples in side] == [3, 3, 3, 3]
