@@ -780,3 +780,11 @@ def test_a_change_names_the_stock_picks_most_frequent_first_and_says_when_the_st
     [d] = _ab.compare(stock, clean)["changed"]
     assert [(p["pick"], p["runs"]) for p in d["stock_picks"]] == [("b", 2), ("a", 1)]
     assert d["reason"].endswith("; the stock runs disagree (b in 2 of 3 runs, a in 1)")
+
+
+def test_a_decisions_file_with_bytes_that_are_no_text_loses_that_line_only(tmp_path):
+    path = tmp_path / "decisions.jsonl"
+    good = json.dumps(decision("k", "1", {"a": 1.0}))
+    path.write_bytes(good.encode() + b"\n\xff\xfe torn\n" + good.encode() + b"\n")
+    found, bad = _ab.read_decisions(str(path))
+    assert len(found) == 2 and len(bad) == 1 and f"{path}:2: skipped, " in bad[0]
