@@ -783,8 +783,19 @@ def test_a_change_names_the_stock_picks_most_frequent_first_and_says_when_the_st
 
 
 def test_a_decisions_file_with_bytes_that_are_no_text_loses_that_line_only(tmp_path):
-    path = tmp_path / "decisions.jsonl"
+    path = tmp_path / ("d" * 200) / "decisions.jsonl"  # a long path: the line saying so is cut
+    path.parent.mkdir()
     good = json.dumps(decision("k", "1", {"a": 1.0}))
-    path.write_bytes(good.encode() + b"\n\xff\xfe torn\n" + good.encode() + b"\n")
-    found, bad = _ab.read_decisions(str(path))
-    assert len(found) == 2 and len(bad) == 1 and f"{path}:2: skipped, " in bad[0]
+    path.write_bytes(good.encode() + b"\n\xff\xfe torn\n\n" + good.encode() + b"\n" + b"x" * 400 + b"\n")
+    found, bad = _ab.read_decisions(str(path))  # a blank line between is no decision and no problem
+    assert len(found) == 2 and len(bad) == 2 and f"{path}:2: skipped, " in bad[0]
+    assert bad[1] == f"{path}:5: skipped, Expecting value: line 1 column 1 (char 0)"[:300]
+
+
+def test_a_job_with_no_compiled_program_is_told_why_nothing_is_timed_end_to_end():
+    same = runs({"a": 1.0, "b": 2.0}) * 2
+    report = _ab.format_report({**record_of(same, same), "end_to_end": None})
+    assert (
+        "end to end: no run compiled an Inductor program; a Triton @autotune decision's record holds no "
+        "inputs to re-time its winners, so its cost is the clean runs' own timing"
+    ) in report.splitlines()
