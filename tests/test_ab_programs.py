@@ -75,10 +75,10 @@ def program(tmp_path, name, seconds, shape=(4, 4)):
 
 def test_programs_tuned_under_the_stock_flush_that_run_slower_are_found_slower(tmp_path):
     runs = [
-        {"side": "write", "policy": "write", "paths": [program(tmp_path, "s1.py", 0.003)]},
-        {"side": "write-read", "policy": "write-read", "paths": [program(tmp_path, "c1.py", 0.001)]},
-        {"side": "write", "policy": "write", "paths": [program(tmp_path, "s2.py", 0.003)]},
-        {"side": "write-read", "policy": "write-read", "paths": [program(tmp_path, "c2.py", 0.001)]},
+        {"side": "write", "paths": [program(tmp_path, "s1.py", 0.003)]},
+        {"side": "write-read", "paths": [program(tmp_path, "c1.py", 0.001)]},
+        {"side": "write", "paths": [program(tmp_path, "s2.py", 0.003)]},
+        {"side": "write-read", "paths": [program(tmp_path, "c2.py", 0.001)]},
     ]
     record = programs.time_programs(runs, reps=5, sample_s=0.004)
     [graph] = record["graphs"]
@@ -98,10 +98,9 @@ def test_a_graph_missing_from_a_run_or_a_program_that_cannot_load_is_named_not_t
     runs = [
         {
             "side": "write",
-            "policy": "write",
             "paths": [program(tmp_path, "a.py", 0), program(tmp_path, "b.py", 0, (8,))],
         },
-        {"side": "write-read", "policy": "write-read", "paths": [str(broken), program(tmp_path, "c.py", 0)]},
+        {"side": "write-read", "paths": [str(broken), program(tmp_path, "c.py", 0)]},
     ]
     record = programs.time_programs(runs, reps=3, sample_s=0.0001)
     assert [g["inputs"] for g in record["graphs"]] == ["float32[4, 4][4, 1]@cpu #1"]  # c.py, after the broken one
@@ -116,13 +115,13 @@ def test_a_graph_missing_from_a_run_or_a_program_that_cannot_load_is_named_not_t
 def test_a_program_that_cannot_load_is_named_in_at_most_300_characters(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text(f"raise RuntimeError({'x' * 400!r})\n")
-    runs = [{"side": s, "policy": s, "paths": [str(broken)]} for s in ("write", "write-read")]
+    runs = [{"side": s, "paths": [str(broken)]} for s in ("write", "write-read")]
     assert [len(p) for p in programs.time_programs(runs, reps=1)["problems"]] == [300, 300]
 
 
 def test_graphs_of_the_same_inputs_in_one_run_are_told_apart_by_their_order(tmp_path):
     runs = [
-        {"side": s, "policy": s, "paths": [program(tmp_path, f"{s}1.py", 0), program(tmp_path, f"{s}2.py", 0)]}
+        {"side": s, "paths": [program(tmp_path, f"{s}1.py", 0), program(tmp_path, f"{s}2.py", 0)]}
         for s in ("write", "write-read")
     ]
     record = programs.time_programs(runs, reps=1, sample_s=0.0001)
@@ -135,7 +134,7 @@ def test_a_torch_that_cannot_clear_its_kernel_caches_is_said_once(tmp_path, monk
 
     monkeypatch.delattr(utils, "clear_caches", raising=False)
     monkeypatch.delattr(utils, "clear_inductor_caches", raising=False)
-    runs = [{"side": s, "policy": s, "paths": [program(tmp_path, f"{s}.py", 0)]} for s in ("write", "write-read")]
+    runs = [{"side": s, "paths": [program(tmp_path, f"{s}.py", 0)]} for s in ("write", "write-read")]
     assert programs.time_programs(runs, reps=1, sample_s=0.0001)["problems"] == [
         "this torch has no way to clear Inductor's kernel caches: kernels of the same source share one tuning"
     ]
@@ -181,7 +180,7 @@ def test_only_one_graphs_inputs_are_alive_at_a_time(tmp_path, monkeypatch):
             found.append(str(path))
         return found
 
-    runs = [{"side": s, "policy": s, "paths": paths(s)} for s in ("write", "write-read")]
+    runs = [{"side": s, "paths": paths(s)} for s in ("write", "write-read")]
     record = programs.time_programs(runs, reps=2, sample_s=0.0001)
     assert len(record["graphs"]) == 2
     assert sys.modules["cleanflush_test_alive"].most == 2  # the two programs of one graph, not all four
@@ -200,7 +199,7 @@ def test_the_real_inductor_output_code_is_found_and_timed(tmp_path):
     )
     assert compiled.returncode == 0, compiled.stderr[-2000:]
     [path] = programs.find(str(cache))
-    runs = [{"side": s, "policy": s, "paths": [path]} for s in ("write", "write-read")]
+    runs = [{"side": s, "paths": [path]} for s in ("write", "write-read")]
     timed = run_python(
         textwrap.dedent(
             f"""
@@ -299,7 +298,7 @@ def test_the_host_clock_gives_seconds_per_call():
 
 def test_the_record_word_for_word(tmp_path):
     runs = [
-        {"side": s, "policy": s, "paths": [program(tmp_path, f"{s}{i}.py", seconds)]}
+        {"side": s, "paths": [program(tmp_path, f"{s}{i}.py", seconds)]}
         for i in range(2)
         for s, seconds in (("write", 0.003), ("write-read", 0.001))
     ]

@@ -147,25 +147,25 @@ def classify(stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str
             who += f", and so do the stock runs ({_picks(s_win)})"
         return {**found, "class": UNSTABLE, "unstable_side": "both" if len(set(s_win)) > 1 else side, "reason": who}
     winner = c_win[0]
+    named = short(winner, 60)
     if winner in s_win:
         if len(set(s_win)) == 1:
-            return {**found, "class": UNCHANGED, "reason": f"every run picked {short(winner, 60)}"}
+            return {**found, "class": UNCHANGED, "reason": f"every run picked {named}"}
         return {
             **found,
             "class": UNSTABLE,
             "unstable_side": STOCK,
-            "reason": f"the stock runs disagree ({_picks(s_win)}); every {side} run picked {short(winner, 60)}",
+            "reason": f"the stock runs disagree ({_picks(s_win)}); every {side} run picked {named}",
         }
     timed = {pick: _slower(clean, pick, winner) for pick in sorted(set(s_win))}
     per_pick = {pick: r for pick, r in timed.items() if r is not None}
     if len(per_pick) < len(timed):
         return {**found, "class": UNDECIDED, "reason": f"the {side} runs did not time the stock pick"}
     ratios = [r for rs in per_pick.values() for r in rs]
-    found = {"cost": statistics.median(ratios), "cost_low": min(ratios), "cost_high": max(ratios)}
+    found = {"cost": statistics.median(ratios), "cost_low": min(ratios), "cost_high": max(ratios), "clean_spread": None}
     if len(clean) < 2:
         return {
             **found,
-            "clean_spread": None,
             "class": UNDECIDED,
             "reason": f"one {side} run: its noise is unknown (run with --runs 2 or more)",
         }
@@ -187,7 +187,7 @@ def classify(stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str
             for p, rs in sorted(per_pick.items(), key=lambda item: -runs[item[0]])
         ],
         "class": CHANGED,
-        "reason": f"every {side} run picked {short(winner, 60)}, and the stock pick is slower in each, by more "
+        "reason": f"every {side} run picked {named}, and the stock pick is slower in each, by more "
         f"than the {side} runs' spread of {spread:.1%}{also}",
     }
 
@@ -375,9 +375,7 @@ def _time_programs(
 ) -> dict[str, Any] | None:
     """The end-to-end timing of the programs the runs compiled (``_ab_programs``), in a
     process of its own; None when no run compiled one."""
-    runs = [
-        {"side": side, "policy": side, "paths": _ab_programs.find(os.path.join(f, "inductor"))} for side, f in folders
-    ]
+    runs = [{"side": side, "paths": _ab_programs.find(os.path.join(f, "inductor"))} for side, f in folders]
     if not any(r["paths"] for r in runs):
         return None
     print("cleanflush ab: timing the programs every run compiled, end to end", file=sys.stderr, flush=True)
@@ -450,8 +448,7 @@ def run(
             skipped += bad
             for line in bad:
                 print(f"cleanflush ab: {line}", file=sys.stderr)
-        done = len(folders) - len(folders) % 2
-        end_to_end = _time_programs(base, work, folders[:done], policy)
+        end_to_end = _time_programs(base, work, folders, policy)
     except KeyboardInterrupt:  # subprocess.run has killed the job: report the runs that finished
         interrupted = True
         print("cleanflush ab: interrupted; the report covers the runs that finished", file=sys.stderr)

@@ -102,8 +102,8 @@ class _Clock:
 
 
 def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float = SAMPLE_S) -> dict[str, Any]:
-    """Time every graph that every run compiled; ``runs``: [{"side", "policy", "paths"}], the
-    stock side first.
+    """Time every graph that every run compiled; ``runs``: [{"side", "paths"}], a side being
+    the policy its run tuned under, the stock side first.
 
     Per graph and repetition, a side's time is the median over its runs' programs; the
     stock/clean ratio is summarised over the repetitions (q1, median, q3).  ``same_side``
@@ -130,7 +130,7 @@ def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float 
                 continue
             signature = _signature(args)
             seen[signature] += 1
-            with cleanflush.policy(run["policy"]):  # the first call tunes its kernels' configs
+            with cleanflush.policy(run["side"]):  # the first call tunes its kernels' configs
                 module.call(list(args))
             cuda = any(getattr(getattr(a, "device", None), "type", None) == "cuda" for a in args)
             del args

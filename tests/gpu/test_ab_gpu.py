@@ -34,7 +34,7 @@ def test_cuda_programs_are_timed_by_the_gpu(tmp_path):
         return str(path)
 
     runs = [
-        {"side": side, "policy": side, "paths": [program(f"{side}{i}.py", cycles)]}
+        {"side": side, "paths": [program(f"{side}{i}.py", cycles)]}
         for i in range(2)
         for side, cycles in (("write", 4_000_000), ("write-read", 1_000_000))
     ]
