@@ -251,6 +251,17 @@ def test_disable_with_an_unknown_name_names_it_once_and_the_valid_ones_still_app
 
 # Fork- and thread-safe state, and children of every start method (each in a fresh interpreter).
 
+# What the parent of each test below runs: a process of the context started, its report read.
+START = """
+def start(ctx):
+    queue = ctx.Queue()
+    p = ctx.Process(target=report, args=(queue,))
+    p.start()
+    got = queue.get(timeout=120)
+    p.join()
+    return got
+"""
+
 CHILD_MODULE = """
 import os
 
@@ -263,24 +274,17 @@ def report(queue):
 
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_a_process_started_inside_a_block_runs_under_the_blocks_policy(tmp_path, method):
-    (tmp_path / "childmod.py").write_text(CHILD_MODULE)
+    (tmp_path / "childmod.py").write_text(CHILD_MODULE + START)
     child = run_python(f"""
         import multiprocessing, sys
         sys.path.insert(0, {str(tmp_path)!r})
         import childmod, cleanflush
         ctx = multiprocessing.get_context({method!r})
-        def start():
-            queue = ctx.Queue()
-            p = ctx.Process(target=childmod.report, args=(queue,))
-            p.start()
-            got = queue.get(timeout=120)
-            p.join()
-            return got
-        outside = start()  # a forkserver starts here, outside any block
+        outside = childmod.start(ctx)  # a forkserver starts here, outside any block
         with cleanflush.policy("read"):
-            inside = start()
+            inside = childmod.start(ctx)
         with cleanflush.policy("write"):
-            other = start()
+            other = childmod.start(ctx)
         print(outside, inside, other)
         """)
     assert child.returncode == 0, child.stderr[-2000:]
@@ -313,24 +317,17 @@ def test_a_forkserver_that_loaded_cleanflush_first_hands_its_children_the_blocks
     # the server imports cleanflush before any block (a preload, or torch imported there), so the
     # child's cleanflush is installed already when the carried value arrives: it must take that
     # value as its own policy and pass it on to its own children
-    (tmp_path / "childmod.py").write_text(GRANDCHILD_MODULE)
+    (tmp_path / "childmod.py").write_text(GRANDCHILD_MODULE + START)
     child = run_python(f"""
         import multiprocessing, sys
         sys.path.insert(0, {str(tmp_path)!r})
         import childmod, cleanflush
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["cleanflush", "childmod"])
-        def start():
-            queue = ctx.Queue()
-            p = ctx.Process(target=childmod.report, args=(queue,))
-            p.start()
-            got = queue.get(timeout=120)
-            p.join()
-            return got
         with cleanflush.policy("read"):
-            inside = start()
+            inside = childmod.start(ctx)
         with cleanflush.policy("write"):
-            other = start()
+            other = childmod.start(ctx)
         print(inside, other)
         """)
     assert child.returncode == 0, child.stderr[-2000:]

@@ -322,17 +322,6 @@ def test_bad_json_path_is_refused_before_measuring(tmp_path, monkeypatch, capsys
     assert err.count("\n") == 1 and "cannot write --json" in err
 
 
-def test_cannot_run_writes_a_record_with_the_reason(tmp_path, monkeypatch):
-    def cannot(options, progress):
-        raise verify_measure.CannotRun("no CUDA device: torch.cuda.is_available() is False")
-
-    monkeypatch.setattr(verify_measure, "measure", cannot)
-    path = tmp_path / "v.json"
-    assert main(["verify", "--json", str(path)]) == EXIT_CANNOT_RUN
-    data = json.loads(path.read_text())
-    assert data["result"] == "CANNOT-RUN" and "no CUDA device" in data["reason"]
-
-
 def test_exit_codes_are_distinct():
     codes = [EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_CANNOT_RUN]
     assert len(set(codes)) == 4 and EXIT_USAGE == 2  # argparse's usage code
