@@ -28,7 +28,16 @@ imports is timed, the others are skipped:
   with empty tilelang/, tilelang/profiler/ and tilelang/utils/ __init__.py files;
 * triton 3.1.0's ``do_bench`` (from its triton/testing.py) as triton31_do_bench.py: this
   machine's triton is newer, so the function is wrapped with the triton patch's 3.0-3.1
-  wrapper by hand.
+  wrapper by hand;
+* GPU MODE reference-kernels f83cb92 problems/nvidia/utils.py as utils.py (timed with
+  eval.py's loop: sync, ``clear_l2_cache()``, events around the call; eval.py reports the
+  mean); TileGym 28ab0a2 tests/benchmark/bench_utils.py as bench_utils.py (kernel-only, its
+  reference the same profiler loop after the plain read); ThunderKittens b12a915
+  kernels/parallel/common.py as common.py;
+* NVIDIA/cutlass 7107b05 python/CuTeDSL/cutlass/testing.py as cutlass/testing.py, with
+  cutlass/cute/typing.py defining ``Int8``, ``Numeric`` and ``Uint8`` as any object and
+  cutlass/utils/__init__.py a ``HardwareInfo`` whose ``get_l2_cache_size_in_bytes`` is
+  torch's L2 size (the one method its autotuner's timer calls); cuda-bindings installed.
 
 Run on a GPU with CLEANFLUSH=1 (the autoload patches the harnesses as they are imported):
 
@@ -42,7 +51,13 @@ SOL-ExecBench 8d2237d, flashinfer-python 0.7.4, DeepGEMM 54e2261, tilelang 0.1.1
 import importlib
 import os
 import statistics
+import sys
 import warnings
+
+# the harness files on PYTHONPATH, not this folder: ThunderKittens' module is named `common`, as
+# is the benchmark suite's (benchmarks/common.py)
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [path for path in sys.path if os.path.abspath(path or ".") != here]
 
 # the kernel-only timers profile: let Kineto detach CUPTI after each session, or every later
 # launch in this process is slower (pytorch/pytorch#144455)
@@ -131,6 +146,12 @@ if tl := optional("tilelang.profiler.bench"):
         event_reference,
     )
 
+    def tilelang_reference():  # stock policy: its 0-byte cache must not run cleanflush's read
+        with cleanflush.policy("write"):
+            return (
+                tl.do_bench(tilelang_after_plain_read, backend="cupti", _n_warmup=50, _n_repeat=300, cache_size=0) * 1e3
+            )
+
     def tilelang_after_plain_read():  # the read inside the range its CUPTI timer subtracts
         with torch.profiler.record_function(tl._CACHE_FLUSH_ID):
             plain.sum()
@@ -138,9 +159,53 @@ if tl := optional("tilelang.profiler.bench"):
 
     harnesses["TileLang do_bench cupti"] = (
         lambda: tl.do_bench(fn, backend="cupti", _n_warmup=50, _n_repeat=300) * 1e3,
-        lambda: (
-            tl.do_bench(tilelang_after_plain_read, backend="cupti", _n_warmup=50, _n_repeat=300, cache_size=0) * 1e3
+        lambda: tilelang_reference(),
+    )
+if (gm := optional("utils")) and hasattr(gm, "clear_l2_cache"):
+
+    def gpu_mode_eval(n=200):  # eval.py's _run_single_benchmark, without its checks
+        durations = []
+        for _ in range(n):
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            gm.clear_l2_cache()
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            durations.append(start.elapsed_time(end) * 1e3)
+        return statistics.mean(durations)
+
+    harnesses["GPU MODE eval.py loop (utils.clear_l2_cache)"] = (gpu_mode_eval, event_reference)
+if tg := optional("bench_utils"):
+    REPS = int(os.environ.get("TILEGYM_REPS", 30))  # a profiler session per rep: slow
+
+    def kernel_only_after_plain_read(rep):  # profile_with_l2flush's loop, flushed by the plain read
+        times = []
+        for _ in range(rep):
+            plain.sum()
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            times.append(sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0))
+        return sorted(times)[len(times) // 2]
+
+    harnesses["TileGym profile_with_l2flush"] = (
+        lambda: tg.profile_with_l2flush(fn, warmup=5, rep=REPS) * 1e3,
+        lambda: kernel_only_after_plain_read(REPS),
+    )
+if tk := optional("common"):
+    harnesses["ThunderKittens benchmark_l2_clear"] = (
+        lambda: tk.benchmark_l2_clear(fn, num_warmup_iters=20, num_iters=200, single=True) * 1e3,
+        event_reference,
+    )
+if ct := optional("cutlass.testing"):
+    harnesses["CuTe DSL _benchmark_for_autotune"] = (
+        lambda: ct._benchmark_for_autotune(
+            fn, warmup_iterations=20, iterations=200, use_cold_l2=True, print_verbose=False
         ),
+        event_reference,
     )
 if t31 := optional("triton31_do_bench"):
     import wrapt
@@ -151,16 +216,19 @@ if t31 := optional("triton31_do_bench"):
     harnesses["triton 3.1.0 do_bench"] = (lambda: do_bench_31(fn, return_mode="median") * 1e3, event_reference)
 
 print("GEMM kernel filter:", repr(GEMM))
-print("patched:", sorted(r.target for r in cleanflush.status() if r.patched and r.package not in ("triton", "torch")))
+print("patched:", sorted(r.target for r in cleanflush.status() if r.patched and r.name not in ("triton", "inductor")))
 rows = {}
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # FlashInfer's "CUPTI is not installed", per call
-    for _ in range(5):
+    for _ in range(int(os.environ.get("ROUNDS", 5))):
         for name, (measure, reference) in harnesses.items():
+            if os.environ.get("ONLY") and not any(part in name for part in os.environ["ONLY"].split(",")):
+                continue
             for policy in ("write", "write-read", "read"):
                 with cleanflush.policy(policy):
                     t = measure()
                 rows.setdefault((name, policy), []).append((t, reference()))
+                print(f"{name} {policy}: {t:.2f} us, reference {rows[(name, policy)][-1][1]:.2f} us", flush=True)
 # one row per harness and flush: medians over rounds of its time, of the reference, and of
 # their ratio (paired per round)
 print(f"{'harness':70s} {'flush':10s} {'median us':>9s} {'ref us':>7s} {'vs ref':>7s}")
@@ -169,7 +237,7 @@ for (name, policy), pairs in rows.items():
     ref = statistics.median(p[1] for p in pairs)
     ratio = statistics.median(p[0] / p[1] for p in pairs)
     print(f"{name:70s} {policy:10s} {t:9.2f} {ref:7.2f} {ratio - 1:+7.1%}")
-for name in harnesses:
+for name in {name for name, _ in rows}:
     stock = statistics.median(p[0] / p[1] for p in rows[(name, "write")])
     for policy in ("write-read", "read"):
         clean = statistics.median(p[0] / p[1] for p in rows[(name, policy)])

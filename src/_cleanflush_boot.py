@@ -2,10 +2,11 @@
 
 Imported at every interpreter start where ``CLEANFLUSH`` is set, so it imports nothing and
 does almost nothing: unless the value says "off", it puts a finder at the front of
-``sys.meta_path`` that waits for the first import of torch or triton.  Only then does it
-import cleanflush (and wrapt), which installs the patches and the hooks that patch each
-target as it loads.  A process that never imports torch or triton (pip, linters, launchers)
-pays a few microseconds.  Nothing here may raise: a broken autoload must not break the
+``sys.meta_path`` that waits for the first import of a package cleanflush patches (torch,
+triton, a harness, or a script's own module such as GPU MODE's ``utils``).  Only then does
+it import cleanflush (and wrapt), which installs the patches and the hooks that patch each
+target as it loads.  A process that imports none of them (pip, linters, launchers) pays a
+few microseconds.  Nothing here may raise: a broken autoload must not break the
 user's program, only say so on stderr.
 """
 
@@ -14,26 +15,57 @@ import sys
 
 booted = False
 report_at_start = None  # CLEANFLUSH_REPORT made absolute at interpreter start (a later chdir does not move it)
-# The top-level packages whose import wakes cleanflush up: everything it patches lives there.
-TRIGGERS = frozenset(("torch", "triton"))
+# The top-level names whose import wakes cleanflush up: the first part of every trigger in
+# cleanflush._registry (a test checks they agree).  Waking at the harness's own import, not
+# at the torch it imports, lets the hooks see that import end: a module that imports torch
+# first would otherwise be half made when its hook fires, and stay unpatched.
+TRIGGERS = frozenset(
+    (
+        "torch",
+        "triton",
+        "tritonbench",
+        "tilelang",
+        "flashinfer",
+        "deep_gemm",
+        "sglang",
+        "kernelbench",
+        "sol_execbench",
+        "deep_ep",
+        "cutlass",
+        "utils",
+        "bench_utils",
+        "common",
+    )
+)
 # cleanflush._env.OFF (and the line in cleanflush.pth), which this module cannot import; a test
 # checks the three agree.
 OFF = frozenset(("0", "off", "false", "no"))
 
 
 class _WakeOnImport:
-    """A meta path finder that finds nothing: it imports cleanflush just before the first
-    torch or triton import goes on to the real finders, then stays inert.  It does not take
-    itself out of ``sys.meta_path``: the import system is iterating over that list right
-    then, and removing an entry would make it skip the next finder."""
+    """A meta path finder that imports cleanflush just before the first import of a trigger,
+    then stays inert.  It does not take itself out of ``sys.meta_path``: the import system
+    is iterating over that list right then, and removing an entry would make it skip the
+    next finder."""
 
     awake = False
 
     @classmethod
     def find_spec(cls, fullname, path=None, target=None):
-        if not cls.awake and fullname in TRIGGERS:
-            cls.awake = True
-            _import_cleanflush()
+        if cls.awake or fullname not in TRIGGERS:
+            return None
+        cls.awake = True
+        _import_cleanflush()
+        # The finders cleanflush put in front of this one (wrapt's post-import hooks) would
+        # miss the import under way: ask them, so a script's module (``utils``) is patched
+        # as it loads.  The ones after this finder run as usual when none finds it.
+        for finder in list(sys.meta_path):
+            if finder is cls:
+                break
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                return spec
         return None
 
 

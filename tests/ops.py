@@ -8,7 +8,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 # The ops that touch memory; views, shape queries and the like are not interesting here.
-_KEEP = {"zero_", "sum", "fill_", "copy_", "to", "zeros", "empty", "neg"}
+_KEEP = {"zero_", "sum", "fill_", "copy_", "to", "zeros", "empty", "neg", "random_"}
 
 
 class OpRecorder(TorchFunctionMode):

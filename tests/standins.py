@@ -13,7 +13,15 @@ the real file that matters to the patch, at the commit it was read at:
   the kernel-name filter of ``_do_bench_profiler`` (``evt.name != CACHE_CLEAR_KERNEL``), and
   the later layout in the search index (``not _is_cache_clear_kernel(evt.name)``).
 
-KernelBench, SOL-ExecBench, DeepEP, DeepGEMM and tritonbench are git-only; SGLang's package
+* GPU MODE, gpu-mode/reference-kernels f83cb92, problems/nvidia/utils.py (``utils``, a
+  script's top-level module): ``set_seed`` and the two flushes; TileGym, NVIDIA/TileGym
+  28ab0a2, tests/benchmark/bench_utils.py (``bench_utils``): ``profile_with_l2flush``
+  without the profiler; ThunderKittens, HazyResearch/ThunderKittens b12a915,
+  kernels/parallel/common.py (``common``): ``benchmark_l2_clear``'s event path without the
+  events.  Their writes are the real ones, on ``DEVICE`` (the CPU here; "cuda" in the GPU
+  tests), and TileGym's L2 is ``L2`` bytes where there is no CUDA device.
+
+KernelBench, SOL-ExecBench, DeepEP, DeepGEMM, tritonbench and the scripts are git-only; SGLang's package
 pulls a serving stack.  Devices are the CPU here.
 """
 
@@ -108,4 +116,56 @@ TRITONBENCH = {
     "substring": {"tritonbench/components/do_bench/run.py": TRITONBENCH_SUBSTRING},
 }
 
-ALL = {**MODULE_FUNCTIONS, **KINETO, **TRITONBENCH["substring"]}
+SCRIPTS = {
+    "utils.py": """
+        import random
+        import torch
+
+        DEVICE = "cuda"
+
+        def set_seed(seed=42):
+            random.seed(seed)
+            torch.manual_seed(seed)
+
+        def clear_l2_cache():
+            dummy = torch.randn((1024, 1024, 1024), device=DEVICE)
+            del dummy
+
+        def clear_l2_cache_large():
+            dummy = torch.randn((16000, 1024, 1024), device=DEVICE)
+            del dummy
+        """,
+    "bench_utils.py": """
+        import torch
+
+        DEVICE = "cpu"
+        L2 = 1 << 20
+
+        def profile_with_l2flush(fn, warmup=20, rep=100):
+            if DEVICE == "cpu":
+                l2_size = L2
+            else:
+                l2_size = torch.cuda.get_device_properties(0).L2_cache_size
+            l2_flush = torch.empty(l2_size // 4, dtype=torch.float32, device=DEVICE)
+            for _ in range(warmup):
+                fn()
+            for _ in range(rep):
+                l2_flush.zero_()
+                fn()
+        """,
+    "common.py": """
+        import torch
+
+        DEVICE = "cpu"
+
+        def benchmark_l2_clear(func, num_warmup_iters=1, num_iters=5, single=False, use_events=True):
+            for _ in range(num_warmup_iters):
+                func()
+            l2_cache = torch.empty(1024 * 1024 * 128 // 2, dtype=torch.bfloat16, device=DEVICE)
+            for i in range(num_iters):
+                l2_cache.random_(0, 100)
+                func()
+        """,
+}
+
+ALL = {**MODULE_FUNCTIONS, **KINETO, **TRITONBENCH["substring"], **SCRIPTS}

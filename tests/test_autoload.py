@@ -137,6 +137,14 @@ def test_the_three_readers_of_off_agree():
     assert set(_env.OFF) == set(_cleanflush_boot.OFF) == in_pth
 
 
+def test_the_autoload_wakes_at_every_target_trigger():
+    import _cleanflush_boot
+    from cleanflush import _registry
+
+    triggers = {module.split(".")[0] for target in _registry.TARGETS for module in target.triggers}
+    assert triggers == _cleanflush_boot.TRIGGERS
+
+
 def test_a_left_behind_autoload_file_says_one_line():
     # an editable checkout deleted: the .pth stays in site-packages, its module is gone
     child = run_python("print('ran')", {"CLEANFLUSH": "1", "PYTHONPATH": None}, args=("-S",))
@@ -216,3 +224,18 @@ def test_autoload_under_every_value(module, value, patched):
     assert out["patched"] is patched, (out, child.stderr)
     complaints = [line for line in child.stderr.splitlines() if "cleanflush" in line]
     assert len(complaints) == (1 if value == "bogus" else 0), child.stderr
+
+
+def test_a_harness_that_imports_torch_itself_is_patched_when_it_wakes_the_autoload(tmp_path):
+    # kernelbench/timing.py starts with `import torch`: waking at torch, its hook would fire
+    # on the half-made module and find nothing to patch
+    from .conftest import write_stand_ins
+    from .standins import MODULE_FUNCTIONS
+
+    write_stand_ins(tmp_path, MODULE_FUNCTIONS)
+    child = run_python(
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import kernelbench.timing as t\nprint(type(vars(t)['clear_l2_cache']).__name__)",
+        {"CLEANFLUSH": "1"},
+    )
+    assert child.stdout.strip() == "FunctionWrapper", child.stderr

@@ -110,7 +110,12 @@ SPECS = {
         ("sol_execbench.core.bench.timing",), attributes("sol_execbench.core.bench.timing:_clear_cache")
     ),
     "deep-ep": Spec(("deep_ep.utils.testing",), attributes("deep_ep.utils.testing:flush_l2_cache")),
+    "cute-dsl": Spec(("cutlass.testing",), attributes("cutlass.testing:cuda_driver"), "cutlass", (HARNESS,)),
+    "gpu-mode": Spec(("utils",), attributes("utils:clear_l2_cache", "utils:clear_l2_cache_large")),
+    "tilegym": Spec(("bench_utils",), attributes("bench_utils:profile_with_l2flush")),
+    "thunderkittens": Spec(("common",), attributes("common:benchmark_l2_clear")),
 }
+SCRIPTS = {"gpu-mode", "tilegym", "thunderkittens"}  # a script's own modules: no package to find
 
 
 def test_every_target_of_the_registry_has_a_contract():
@@ -255,7 +260,7 @@ def test_status_of_a_disabled_target_before_the_import(tmp_path, name):
     target = _registry.BY_NAME[name]
     expected = (
         ("disabled", "disabled by CLEANFLUSH_DISABLE; stays stock when imported")
-        if SPECS[name].package
+        if SPECS[name].package or name in SCRIPTS
         else ("absent", f"{target.distributions[0]} is not installed")
     )
     assert out["before"] == [[target.title, *expected]]
@@ -265,9 +270,10 @@ def test_status_of_a_disabled_target_before_the_import(tmp_path, name):
 def test_status_before_the_import(tmp_path, name):
     out, _ = child(tmp_path, name, BEFORE)
     target = _registry.BY_NAME[name]
-    expected = (
-        ("pending", "not imported yet; patched when it is")
-        if SPECS[name].package
-        else ("absent", f"{target.distributions[0]} is not installed")
-    )  # the stand-ins are not installed packages
+    if name in SCRIPTS:
+        expected = ("pending", f"a script's own module: patched when a script imports {SPECS[name].modules[0]}")
+    elif SPECS[name].package:
+        expected = ("pending", "not imported yet; patched when it is")
+    else:
+        expected = ("absent", f"{target.distributions[0]} is not installed")  # stand-ins are not installed
     assert out["before"] == [[target.title, *expected]]

@@ -165,6 +165,7 @@ def release() -> None:
 
             torch.cuda.synchronize()  # no flush still reading a buffer we let go
         STATE.buffers.clear()
+        STATE.write_read_kernels.clear()
 
 
 # What the read sums, given (the cache just written or None, the region cleanflush chose, the
@@ -190,14 +191,18 @@ def read(device: torch.device, nbytes: int, cache: Any = None) -> None:
     import torch
 
     entry = prepare(device)
-    data = entry.buffer[: nbytes // 4]
-    choose = _region.get()
-    if choose is not None:
-        data = choose(cache, data, entry.l2)
+    data = _read_data(entry, nbytes, cache)
     if entry.sweep is not None:
         entry.sweep(data, entry.sink)
     else:
         torch.sum(data, dim=0, out=entry.sink)
+
+
+def _read_data(entry: ReadBuffer, nbytes: int, cache: Any) -> torch.Tensor:
+    """The float32 elements a read of ``nbytes`` sums (through ``read_region`` where one is set)."""
+    data = entry.buffer[: nbytes // 4]
+    choose = _region.get()
+    return data if choose is None else choose(cache, data, entry.l2)
 
 
 def _read_after(device: torch.device, written: int | None, label: str, cache: Any = None) -> bool:
@@ -279,32 +284,38 @@ def after_write(device: torch.device, written: int | None, label: str) -> None:
         count_flush(label, "write-read")
 
 
-def flushing_tensor(cache: torch.Tensor, target: str) -> torch.Tensor:
-    """``cache`` as a tensor whose ``zero_()`` is the flush, for harnesses that zero their
-    cache tensor inline (triton 3.0-3.2's do_bench, tritonbench, Helion's pretuned timers,
-    TileLang, FlashInfer): same storage, counted under ``target``.  After ``uninstall()``
-    a tensor already handed out zeroes stock."""
-    cls = STATE.tensor_classes.get(target)
+def flushing_tensor(cache: torch.Tensor, target: str, write: str = "zero_", one_kernel: bool = False) -> torch.Tensor:
+    """``cache`` as a tensor whose ``write()`` (``zero_`` unless named: ThunderKittens
+    flushes with ``random_``) is the flush, for harnesses that write their cache tensor inline
+    (triton 3.0-3.2's do_bench, tritonbench, Helion's pretuned timers, TileLang, FlashInfer):
+    same storage, counted under ``target``.  ``one_kernel``: write-read as the one kernel of
+    ``write_read`` (a zeroing cache only).  After ``uninstall()`` a tensor already handed out
+    writes stock."""
+    key = (target, write, one_kernel)
+    cls = STATE.tensor_classes.get(key)
     if cls is None:
         import torch
 
-        def zero_(self: torch.Tensor) -> torch.Tensor:
+        def flushing_write(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
             plain = self.as_subclass(torch.Tensor)
-            if STATE.installed:
-                flush(plain, plain.zero_, target)
+            stock = getattr(plain, write)
+            if not STATE.installed:
+                stock(*args, **kwargs)
+            elif one_kernel and not args and not kwargs:
+                write_read(plain, target)
             else:
-                plain.zero_()
+                flush(plain, lambda: stock(*args, **kwargs), target)
             return self
 
         # no __torch_function__: every other op sees, and returns, a plain tensor
         cls = STATE.tensor_classes.setdefault(
-            target,
+            key,
             type(
                 "CleanFlushCache",
                 (torch.Tensor,),
                 {
                     "__torch_function__": torch._C._disabled_torch_function_impl,
-                    "zero_": zero_,
+                    write: flushing_write,
                     "__module__": __name__,
                     "target": target,
                     "_cleanflush_flushing": True,
@@ -313,6 +324,57 @@ def flushing_tensor(cache: torch.Tensor, target: str) -> torch.Tensor:
         )
     flushing: torch.Tensor = plain_tensor(cache).as_subclass(cls)
     return flushing
+
+
+def write_read(cache: torch.Tensor, label: str) -> None:
+    """``cache.zero_()`` under the active policy, write-read as one kernel (``_sweep``'s
+    ``cleanflush_l2_write_read``: the zeros, then the read), for timers that subtract the
+    device span of a range around the flush (TileLang's CUPTI timer): two kernels leave the
+    gap between them in that span, and the timer takes it off the kernel under test.  Where
+    that kernel cannot run, the two kernels of ``flush``, said once."""
+    if current_policy() != "write-read" or cache.device.type != "cuda":  # no device timeline to see a gap on
+        flush(cache, cache.zero_, label)
+        return
+    import torch
+
+    try:
+        kernel = write_read_kernel(cache.device)
+        if not cache.is_contiguous() or (cache.numel() * cache.element_size()) % 4:
+            raise ReadUnavailable("its cache is not a contiguous whole number of 4-byte words")
+        entry = prepare(cache.device)
+        data = _read_data(entry, read_bytes(entry.l2, cache.numel() * cache.element_size()), cache)
+        kernel(cache.view(-1).view(torch.int32), data, entry.sink)
+    except Exception as exc:  # the two kernels of flush() do the same work, with a gap the timer sees
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        _said(
+            label,
+            f"write-read runs as two kernels ({reason})",
+            f"{label}: write-read could not run as one kernel on {cache.device} ({reason}); it runs as "
+            "two, and a timer that subtracts the flush's range takes the gap between them off the kernel's time",
+            key=f"write-read:{label}:{cache.device}",
+        )
+        flush(cache, cache.zero_, label)
+        return
+    count_flush(label, "write-read")
+
+
+def write_read_kernel(device: torch.device) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
+    """The one-kernel write-read for CUDA ``device``, built (compiled and checked) on first
+    use; raises ReadUnavailable where it cannot be (no triton, a wrong result), every time."""
+    entry = prepare(device)
+    with STATE.buffer_lock:
+        if device not in STATE.write_read_kernels:
+            try:
+                from . import _sweep
+
+                built: Any = _sweep.build_write_read(entry.buffer, entry.sink, _sweep.programs_for(device))
+            except Exception as exc:  # no triton, a compiler error, a wrong result
+                built = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            STATE.write_read_kernels[device] = built
+        kernel = STATE.write_read_kernels[device]
+    if isinstance(kernel, str):
+        raise ReadUnavailable(kernel)
+    return kernel  # type: ignore[no-any-return]
 
 
 def plain_tensor(cache: Any) -> Any:

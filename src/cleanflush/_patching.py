@@ -120,11 +120,21 @@ class PatchSet:
             alias = STATE.made[(id(owner), name)] = Patch(owner, name, patch.original, patch.wrapper)
             self._patches.append(alias)
 
-    def replace(self, owner: Any, name: str, value: Any) -> None:
-        """Set ``owner.name`` to ``value`` (a constant, not a wrapper); revert puts the
-        original back, or leaves whatever was set after us."""
-        self._patches.append(Patch(owner, name, vars(owner)[name], value))
-        setattr(owner, name, value)
+    def replace(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        """Set ``owner.name`` to ``make(original)`` (an object standing in for it, not a
+        function wrapper) unless ours is there; revert puts the original back, or leaves
+        whatever was set after us.  A re-install sets the same object again."""
+        with STATE.lock:
+            current = vars(owner)[name]
+            patch = STATE.made.get((id(owner), name))
+            if patch is not None and patch.active and current is patch.wrapper:
+                return
+            if patch is None or patch.owner is not owner or patch.original is not current:
+                patch = STATE.made[(id(owner), name)] = Patch(owner, name, current, make(current))
+            patch.active = True
+            setattr(owner, name, patch.wrapper)
+            if patch not in self._patches:
+                self._patches.append(patch)
 
     def revert(self) -> None:
         while self._patches:

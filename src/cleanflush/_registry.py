@@ -17,7 +17,8 @@ PATCHES = "cleanflush.patches"
 class Target:
     name: str  # as CLEANFLUSH_DISABLE and `cleanflush status --check` name it
     title: str  # its status row before anything of it is imported
-    distributions: tuple[str, ...]  # the first one installed gives the version status reports
+    # the first one installed gives the version status reports; none: a script's own module
+    distributions: tuple[str, ...]
     triggers: tuple[str, ...]  # importing any of these applies the patch
     apply: str  # "module:function" -> list[Site]; may be called once per trigger (idempotent)
     revert: str  # "module:function": put back every object apply replaced
@@ -114,6 +115,17 @@ TARGETS = (
         "sol_execbench",
     ),
     _target("deep-ep", "deep_ep.utils.testing.flush_l2_cache", ("deep_ep",), ("deep_ep.utils.testing",), "deep_ep"),
+    _target(
+        "cute-dsl",
+        "cutlass.testing (CuTe DSL autotuner)",
+        ("nvidia-cutlass-dsl",),
+        ("cutlass.testing",),
+        "cute_dsl",
+    ),
+    # scripts' own top-level modules, not packages: nothing to find installed
+    _target("gpu-mode", "utils.clear_l2_cache (GPU MODE eval.py)", (), ("utils",), "gpu_mode"),
+    _target("tilegym", "bench_utils.profile_with_l2flush (TileGym)", (), ("bench_utils",), "tilegym"),
+    _target("thunderkittens", "common.benchmark_l2_clear (ThunderKittens)", (), ("common",), "thunderkittens"),
 )
 NAMES = tuple(target.name for target in TARGETS)
 BY_NAME = {target.name: target for target in TARGETS}

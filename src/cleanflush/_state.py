@@ -85,7 +85,10 @@ class _State:
     # label -> why its flushes ran the stock code after a surprise (said once, shown by status)
     fallbacks: dict[str, str] = field(default_factory=dict)
     buffers: dict[Any, Any] = field(default_factory=dict)  # device -> _flush.ReadBuffer (a type _flush owns)
-    tensor_classes: dict[str, type] = field(default_factory=dict)  # label -> its flushing tensor class
+    # device -> the one-kernel write-read (_flush.write_read_kernel), or why it could not be built
+    write_read_kernels: dict[Any, Any] = field(default_factory=dict)
+    # (label, the write method that flushes, one kernel) -> its flushing tensor class
+    tensor_classes: dict[tuple[str, str, bool], type] = field(default_factory=dict)
     patches: dict[str, Any] = field(default_factory=dict)  # target name -> _patching.PatchSet
     made: dict[tuple[int, str], Any] = field(default_factory=dict)  # (id(owner), name) -> Patch, ever made
     # the policy's process-wide side (_policy): the default, every block open in any thread

@@ -13,6 +13,7 @@ compilation happens later inside a CUDA-graph capture or a timed loop.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar, cast
 
 import torch
 import triton
@@ -25,6 +26,7 @@ WARPS = 8
 PROGRAMS_PER_SM = 4  # enough loads in flight to stream HBM at full rate
 
 Sweep = Callable[[torch.Tensor, torch.Tensor], None]
+L = TypeVar("L", bound=Callable[..., None])
 
 
 # ``n`` changes with the bytes written before the read: never a new specialisation.
@@ -39,6 +41,74 @@ def cleanflush_l2_sweep(src, sink, n, BLOCK: tl.constexpr):  # type: ignore[no-u
         index = offset + tl.arange(0, BLOCK)
         acc += tl.load(src + index, mask=index < n, other=0.0)
     tl.atomic_add(sink, tl.sum(acc, axis=0))
+
+
+MAX_SPINS = 1 << 16  # a bound on the wait for the other programs: never a hang
+
+
+# One kernel for write-read, for timers that subtract the device span of a range around the
+# flush (two kernels leave the gap between them in it): the stock zeros, then the read.  No
+# program reads before every program has written (a grid-wide count, since writes still in
+# flight at the end would stay dirty: measured), and every program is resident at once (a
+# few per SM), so the wait ends; where one is not, the bound lets the reads go on.
+@triton.jit(do_not_specialize=["n_zero", "n_read"])  # type: ignore[untyped-decorator]
+def cleanflush_l2_write_read(dst, n_zero, src, n_read, sink, arrived, BLOCK: tl.constexpr, SPINS: tl.constexpr):  # type: ignore[no-untyped-def]
+    start = tl.program_id(0) * BLOCK
+    step = tl.num_programs(0) * BLOCK
+    zeros = tl.zeros([BLOCK], dtype=tl.int32)
+    for offset in range(start, n_zero, step):
+        index = offset + tl.arange(0, BLOCK)
+        tl.store(dst + index, zeros, mask=index < n_zero)
+    tl.debug_barrier()
+    # each launch adds one per program: this launch is done writing at the next multiple
+    programs = tl.num_programs(0).to(tl.int64)
+    before = tl.atomic_add(arrived, 1)
+    goal = (before // programs + 1) * programs
+    seen = before + 1
+    spins = 0
+    while (seen < goal) & (spins < SPINS):
+        seen = tl.atomic_add(arrived, 0)
+        spins += 1
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for offset in range(start, n_read, step):
+        index = offset + tl.arange(0, BLOCK)
+        acc += tl.load(src + index, mask=index < n_read, other=0.0)
+    tl.atomic_add(sink, tl.sum(acc, axis=0))
+
+
+WriteRead = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+def build_write_read(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> WriteRead:
+    """``write_read(words, data, sink)``: zero the int32 ``words``, then sum ``data`` into
+    ``sink``, as one kernel over ``programs`` programs; compiled and checked now on ``buffer``
+    (a sync and a host read), raises when the check fails."""
+    if _elsewhere(buffer.device.index):
+        with torch.cuda.device(buffer.device.index):
+            return build_write_read(buffer, sink, programs)
+    grid = (programs, 1, 1)
+    arrived = torch.zeros((), dtype=torch.int64, device=buffer.device)
+
+    def launch(words: torch.Tensor, data: torch.Tensor, out: torch.Tensor) -> None:
+        cleanflush_l2_write_read[grid](
+            words, words.numel(), data, data.numel(), out, arrived, BLOCK=BLOCK, SPINS=MAX_SPINS, num_warps=WARPS
+        )
+
+    written, read = buffer[: 2 * BLOCK + 3], buffer[2 * BLOCK + 3 : 5 * BLOCK + 8]
+    try:
+        written.fill_(7.0)
+        read.fill_(1.0)
+        sink.zero_()
+        launch(written.view(torch.int32), read, sink)
+        launch(written.view(torch.int32), read, sink)  # a second launch waits for its own programs only
+        right = float(sink) == 2 * read.numel() and not bool(written.any()) and int(arrived) == 2 * programs
+    finally:
+        read.zero_()
+        written.zero_()
+        sink.zero_()
+    if not right:
+        raise RuntimeError("the one-kernel write-read did not zero and sum right")
+    return _on_device_of(buffer, launch)
 
 
 def programs_for(device: torch.device) -> int:
@@ -94,15 +164,15 @@ def _elsewhere(index: int | None) -> bool:
     return index is not None and index != torch.cuda.current_device()
 
 
-def _on_device_of(buffer: torch.Tensor, launch: Sweep) -> Sweep:
+def _on_device_of(buffer: torch.Tensor, launch: L) -> L:
     """Switch device only when a benchmark flushes a buffer of another GPU than the current one."""
     index = buffer.device.index
 
-    def sweep(data: torch.Tensor, out: torch.Tensor) -> None:
+    def on_device(*tensors: torch.Tensor) -> None:
         if _elsewhere(index):
             with torch.cuda.device(index):
-                launch(data, out)
+                launch(*tensors)
         else:
-            launch(data, out)
+            launch(*tensors)
 
-    return sweep
+    return cast(L, on_device)

@@ -175,12 +175,14 @@ def rows(target: Target) -> list[TargetStatus]:
         return found
     installed = version(target)
     state: State
-    if installed is None:
+    if installed is None and target.distributions:
         state, detail = "absent", f"{target.distributions[0]} is not installed"
     elif not STATE.installed:
         state, detail = "off", _why_off()
     elif target.name in disabled():
         state, detail = "disabled", f"disabled by {_env.DISABLE_VAR}; stays stock when imported"
+    elif not target.distributions:
+        state, detail = "pending", f"a script's own module: patched when a script imports {target.triggers[0]}"
     else:
         state, detail = "pending", "not imported yet; patched when it is"
     return [TargetStatus(target.name, target.title, installed, state, detail)]

@@ -26,10 +26,10 @@ Match = Callable[[Any], bool]  # is this freshly allocated tensor the harness's 
 
 
 class _Wait:
-    __slots__ = ("match", "target", "caught")
+    __slots__ = ("match", "target", "write", "caught")
 
-    def __init__(self, match: Match, target: str) -> None:
-        self.match, self.target, self.caught = match, target, False
+    def __init__(self, match: Match, target: str, write: str) -> None:
+        self.match, self.target, self.write, self.caught = match, target, write, False
 
 
 # .waits: this thread's benchmarks still waiting, innermost last (the count of all threads'
@@ -49,7 +49,7 @@ def _empty(*args: Any, **kwargs: Any) -> Any:
         if matched:
             wait.caught = True
             _release()
-            return _flush.flushing_tensor(tensor, wait.target)
+            return _flush.flushing_tensor(tensor, wait.target, wait.write)
     return tensor
 
 
@@ -70,12 +70,13 @@ def waiting(target: str) -> bool:
 
 
 @contextmanager
-def handing_out(match: Match, target: str) -> Iterator[_Wait]:
+def handing_out(match: Match, target: str, write: str = "zero_") -> Iterator[_Wait]:
     """Within the block, this thread's first ``torch.empty`` that ``match`` accepts comes
-    back as a flushing tensor counted under ``target``; ``caught`` says whether one did."""
+    back as a flushing tensor counted under ``target`` (its ``write`` method is the flush);
+    ``caught`` says whether one did."""
     import torch
 
-    wait = _Wait(match, target)
+    wait = _Wait(match, target, write)
     with STATE.empty_lock:
         if STATE.waiting == 0 and torch.empty is not _empty:
             STATE.stock_empty = torch.empty
@@ -91,13 +92,13 @@ def handing_out(match: Match, target: str) -> Iterator[_Wait]:
             _release()
 
 
-def run(call: Callable[[], Any], match: Match, target: str, where: str) -> Any:
+def run(call: Callable[[], Any], match: Match, target: str, where: str, write: str = "zero_") -> Any:
     """Run the benchmark ``call`` (the stock function ``where`` of target ``target``) handing
-    out its buffer; if it made none that ``match`` accepts, its stock flush ran: said once,
-    and in status."""
+    out its buffer, whose ``write`` method is its flush; if it made none that ``match``
+    accepts, its stock flush ran: said once, and in status."""
     if waiting(target):  # a nested call of the same harness: the outer one is waiting
         return call()
-    with handing_out(match, target) as wait:
+    with handing_out(match, target, write) as wait:
         result = call()
     if not wait.caught:
         why = "made no flush buffer of the shape cleanflush knows; its stock flush ran"

@@ -58,8 +58,7 @@ def apply() -> list[Site]:
         patches.wrap(module, "_is_cache_clear_kernel", _is_cache_clear_kernel)
         detail = "its profiler timer drops the read kernel as it drops the stock fill (_is_cache_clear_kernel)"
     elif isinstance(vars(module).get("CACHE_CLEAR_KERNEL"), str):
-        if not isinstance(module.CACHE_CLEAR_KERNEL, AlsoTheRead):
-            patches.replace(module, "CACHE_CLEAR_KERNEL", AlsoTheRead(module.CACHE_CLEAR_KERNEL))
+        patches.replace(module, "CACHE_CLEAR_KERNEL", AlsoTheRead)
         detail = "its profiler timer drops the read kernel as it drops the stock fill (CACHE_CLEAR_KERNEL)"
     else:
         return [
