@@ -256,3 +256,20 @@ def test_a_module_copy_of_the_driver_gets_a_proxy_and_loses_it_exactly():
         ]
     finally:
         del sys.modules["cutlass.testing"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_one_kernel_flushing_tensor_off_cuda_flushes_as_any_other(policy, recwarn):
+    # no device timeline to leave a gap on: the flush of every other flushing tensor, unsaid
+    monkeypatch_l2 = pytest.MonkeyPatch()
+    monkeypatch_l2.setattr(_flush, "l2_bytes", lambda device: MiB)
+    _flush.release()
+    try:
+        cache = torch.full((1024,), 3, dtype=torch.int32)
+        flushing = _flush.flushing_tensor(cache, "tilelang", one_kernel=True)
+        names, _ = ops_of(lambda: flushing.zero_(), policy)
+    finally:
+        monkeypatch_l2.undo()
+    assert names == {"write-read": ["zero_", "sum"], "read": ["sum"], "write": ["zero_"]}[policy]
+    assert not [w for w in recwarn if "cleanflush" in str(w.message)]
+    assert cleanflush.flush_counts() == {("tilelang", policy): 1}

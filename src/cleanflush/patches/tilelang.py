@@ -50,7 +50,7 @@ def _build_write_read(device: Any) -> None:
     cannot be built, the flush says so when it runs."""
     try:
         _flush.write_read_kernel(device)
-    except Exception:
+    except Exception:  # said by the flush that cannot use it, once
         pass
 
 
