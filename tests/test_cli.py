@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from cleanflush import _registry
+
 from .conftest import environ_without_cleanflush, run_python
 
 pytest.importorskip("triton")
@@ -137,6 +139,28 @@ def test_run_disable_reaches_the_child():
     out = cli(["run", "--disable", "inductor", "--", sys.executable, "-c", code])
     assert out.stdout.strip() == "inductor"
     assert cli(["run", "--disable", "bogus", "--", sys.executable, "-c", "pass"]).returncode == 2
+
+
+def test_run_keeps_the_environment_and_says_each_refusal_in_one_line(tmp_path):
+    code = "import os; print(os.environ['KEPT'], os.environ['CLEANFLUSH_DISABLE'])"
+    out = cli(["run", "--disable", "triton,inductor", "--", sys.executable, "-c", code], env={"KEPT": "yes"})
+    assert out.stdout.split() == ["yes", "inductor,triton"], out.stderr
+    bogus = cli(["run", "--disable", "bogus,inductor", "--", sys.executable, "-c", "pass"])
+    assert bogus.returncode == 2
+    assert bogus.stderr.splitlines()[-1] == (
+        "cleanflush run: error: argument --disable: CLEANFLUSH_DISABLE names unknown targets bogus; valid targets: "
+        + ", ".join(_registry.NAMES)
+    )
+    folder = cli(["run", "--report", str(tmp_path), "--", sys.executable, "-c", "pass"])
+    assert (folder.returncode, folder.stdout) == (2, "")
+    assert folder.stderr == f"cleanflush run: --report {str(tmp_path)!r} is a directory\n"
+    missing = cli(["run", "--", "no-such-command-here"])
+    assert missing.stderr == "cleanflush run: cannot start 'no-such-command-here': No such file or directory\n"
+    not_executable = tmp_path / "script"
+    not_executable.write_text("echo started\n")
+    denied = cli(["run", "--", str(not_executable)])
+    assert denied.returncode == 126 and "started" not in denied.stdout
+    assert denied.stderr == f"cleanflush run: cannot start {str(not_executable)!r}: Permission denied\n"
 
 
 def test_unknown_command_is_a_usage_error():
