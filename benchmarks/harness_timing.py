@@ -207,6 +207,30 @@ if ct := optional("cutlass.testing"):
         ),
         event_reference,
     )
+if ct:
+
+    def cute_loop_plain_write_read(n=200):
+        """_benchmark_for_autotune's loop (a sync per call) flushed by a plain write of one L2
+        and a plain sum of the bytes cleanflush reads after it: that flush, without its code."""
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        cache = torch.empty(l2 // 4, dtype=torch.int32, device="cuda")
+        read = plain[: max(2 * l2, 256 * 1024 * 1024 - l2) // 4]
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(n):
+            cache.zero_()
+            read.sum()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+        return statistics.mean(times)
+
+    harnesses["CuTe DSL loop, plain write-read of its sizes (no cleanflush code)"] = (
+        cute_loop_plain_write_read,
+        event_reference,
+    )
 if t31 := optional("triton31_do_bench"):
     import wrapt
 
