@@ -98,7 +98,8 @@ def test_a_graph_missing_from_a_run_or_a_program_that_cannot_load_is_named_not_t
     runs = [
         {
             "side": "write",
-            "paths": [program(tmp_path, "a.py", 0), program(tmp_path, "b.py", 0, (8,))],
+            # the graph one run lacks comes first: the graphs after it are still timed
+            "paths": [program(tmp_path, "b.py", 0, (8,)), program(tmp_path, "a.py", 0)],
         },
         {"side": "write-read", "paths": [str(broken), program(tmp_path, "c.py", 0)]},
     ]
@@ -108,7 +109,7 @@ def test_a_graph_missing_from_a_run_or_a_program_that_cannot_load_is_named_not_t
     assert record["graphs"][0]["same_side"] == {"write": None, "write-read": None}
     assert record["problems"] == [
         f"{broken}: cannot load (RuntimeError: no GPU here)",
-        "graph 2 (float32[8][1]@cpu #1) was not compiled by every run: not timed",
+        "graph 1 (float32[8][1]@cpu #1) was not compiled by every run: not timed",
     ]
 
 
@@ -244,8 +245,21 @@ def test_ab_times_the_programs_its_runs_compiled_end_to_end(tmp_path):
     child, record = ab_with_programs(tmp_path, PROGRAM.format(seconds="SECONDS", shape=(4, 4)))
     [graph] = record["end_to_end"]["graphs"]
     assert graph["verdict"] == "slower" and len(graph["programs"]["write"]) == 2
-    assert "timing the programs every run compiled, end to end" in child.stderr
+    assert "cleanflush ab: timing the programs every run compiled, end to end" in child.stderr.splitlines()
     assert "  in total: +" in child.stdout and ": slower, beyond the noise (programs tuned under" in child.stdout
+
+
+def test_the_timing_child_takes_its_spec_and_writes_the_record(tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(programs, "time_programs", lambda *args: asked.append(args) or {"graphs": [], "é": 1})
+    spec, out = tmp_path / "spec.json", tmp_path / "out.json"
+    spec.write_text(json.dumps({"runs": [{"side": "write", "paths": []}], "reps": 4, "sample_s": 0.5}))
+    assert programs.main([str(spec), str(out)]) == 0
+    assert asked == [([{"side": "write", "paths": []}], 4, 0.5)]
+    assert json.loads(out.read_text()) == {"graphs": [], "é": 1}
+    spec.write_text(json.dumps({"runs": []}))  # without them: the defaults
+    programs.main([str(spec), str(out)])
+    assert asked[-1] == ([], programs.REPS, programs.SAMPLE_S)
 
 
 def test_a_timing_process_that_dies_is_said_and_the_report_stands(tmp_path):
@@ -287,6 +301,20 @@ def test_a_file_python_cannot_load_is_an_import_error_naming_it(tmp_path):
     path.write_text("x = 1\n")
     with pytest.raises(ImportError, match=f"^cannot load {path}$"):
         programs._load(str(path), 0)
+
+
+def test_a_summary_gives_milliseconds_medians_and_the_stock_over_clean_ratio():
+    samples = {"write": [[0.002, 0.004, 0.006], [0.003, 0.005, 0.006]], "write-read": [[0.001, 0.002, 0.002]] * 2}
+    summary = programs._summary(samples)
+    assert summary["ms"] == {"write": pytest.approx(4.5, rel=1e-9), "write-read": pytest.approx(2.0, rel=1e-9)}
+    assert summary["program_ms"] == {
+        "write": pytest.approx([4.0, 5.0], rel=1e-9),
+        "write-read": pytest.approx([2.0, 2.0], rel=1e-9),
+    }
+    # per repetition 2.5/1, 4.5/2 and 6/2: 2.25, 2.5, 3.0, and the quartiles between them
+    assert summary["ratio"] == pytest.approx({"q1": 2.375, "median": 2.5, "q3": 2.75}, rel=1e-9)
+    assert summary["same_side"] == pytest.approx({"write": 0.25, "write-read": 0.0})
+    assert summary["program_samples"] is samples
 
 
 def test_the_host_clock_gives_seconds_per_call():

@@ -344,6 +344,40 @@ def test_bad_arguments_are_one_line_usage_errors(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_a_bad_shape_names_the_form_it_takes(capsys):
+    with pytest.raises(SystemExit):
+        main(["verify", "--shape", "4096"])
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith("argument --shape: expected N,K as two positive integers, e.g. 4096,4096; got '4096'")
+    )
+
+
+@pytest.mark.parametrize(
+    "args, labelled",
+    [
+        ([], []),  # the one default GEMM on device 0: no label
+        (["--shape", "8,8"], []),
+        (["--shape", "8,8", "--shape", "16,8"], ["cuda:0, 8 x 8 bfloat16", "cuda:0, 16 x 8 bfloat16"]),
+        (["--device", "1"], ["cuda:1, 4096 x 4096 bfloat16"]),
+    ],
+)
+def test_each_gemm_is_labelled_in_the_progress_when_there_is_more_than_the_one(args, labelled, monkeypatch, capsys):
+    monkeypatch.setattr(verify_measure, "measure", lambda options, progress: record())
+    main(["verify", *args])
+    err = capsys.readouterr().err
+    assert [line.split("] ", 1)[1] for line in err.splitlines() if "] cuda:" in line] == labelled
+
+
+def test_the_elapsed_time_is_in_tenths_of_a_second(monkeypatch, capsys):
+    clock = iter([100.0, 112.3456])
+    monkeypatch.setattr(verify_measure, "measure", lambda options, progress: record())
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    main(["verify", "--json", "-"])
+    assert json.loads(capsys.readouterr().out)["elapsed_s"] == 12.3
+
+
 def test_options_reach_the_measurement(monkeypatch):
     seen = {}
 
@@ -793,13 +827,14 @@ def test_what_verify_asks_measure_for_and_writes_back(monkeypatch, capsys, tmp_p
     assert several["schema"] == verdict.SCHEMA and isinstance(several["elapsed_s"], float)
 
 
-def test_a_record_of_cannot_run_has_the_schema_and_exit_code(tmp_path, monkeypatch):
+def test_a_record_of_cannot_run_has_the_schema_and_exit_code(tmp_path, monkeypatch, capsys):
     def cannot(options, progress):
         raise verify_measure.CannotRun("no CUDA device")
 
     monkeypatch.setattr(verify_measure, "measure", cannot)
     path = tmp_path / "v.json"
     assert main(["verify", "--json", str(path)]) == EXIT_CANNOT_RUN
+    assert capsys.readouterr().out == ""  # the record went to its file, and nothing else is said there
     assert json.loads(path.read_text()) == {
         "schema": verdict.SCHEMA,
         "result": "CANNOT-RUN",
