@@ -50,7 +50,8 @@ MAX_SPINS = 1 << 16  # a bound on the wait for the other programs: never a hang
 # flush (two kernels leave the gap between them in it): the stock zeros, then the read.  No
 # program reads before every program has written (a grid-wide count, since writes still in
 # flight at the end would stay dirty: measured), and every program is resident at once (a
-# few per SM), so the wait ends; where one is not, the bound lets the reads go on.
+# few per SM), so the wait ends; where one is not, the bound lets the reads go on (as it does
+# if two streams ever run it at once: the count assumes one launch at a time).
 @triton.jit(do_not_specialize=["n_zero", "n_read"])  # type: ignore[untyped-decorator]
 def cleanflush_l2_write_read(dst, n_zero, src, n_read, sink, arrived, BLOCK: tl.constexpr, SPINS: tl.constexpr):  # type: ignore[no-untyped-def]
     start = tl.program_id(0) * BLOCK
