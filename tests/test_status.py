@@ -141,3 +141,41 @@ def test_a_name_disabled_before_a_reinstall_is_put_back_stock(monkeypatch):
     cleanflush.install()  # installed already: applies again, now disabled
     assert vars(cls)["clear_cache"] is stock
     assert {r.state for r in cleanflush.status() if r.name == "triton"} == {"disabled"}
+
+
+def test_the_probe_imports_what_targets_need_says_so_and_turns_a_failed_import_into_a_row(monkeypatch, capsys):
+    from cleanflush.cli import status as status_cli
+
+    installed = _registry.Target("fake", "fake", ("pytest",), (), "m:apply", "m:revert", probe=("no_such_module_x",))
+    loaded = _registry.Target("loaded", "loaded", ("pytest",), (), "m:apply", "m:revert", probe=("json",))
+    nothing = _registry.Target("bare", "bare", ("pytest",), (), "m:apply", "m:revert")  # nothing to import
+    absent = _registry.Target("gone", "gone", ("no-such-dist",), (), "m:apply", "m:revert", probe=("no_such_y",))
+    monkeypatch.setattr(_registry, "TARGETS", (nothing, absent, loaded, installed))
+    errors = status_cli._probe(progress=True)
+    assert errors == [
+        {
+            "name": "fake",
+            "target": "no_such_module_x",
+            "version": _targets.version(installed),
+            "state": "failed",
+            "patched": False,
+            "detail": "installed, but the import failed: ModuleNotFoundError(\"No module named 'no_such_module_x'\")",
+        }
+    ]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "cleanflush status: importing no_such_module_x ..." and len(lines) == 2
+    assert lines[1].startswith("cleanflush status: done in ") and lines[1].endswith(" s")
+    assert status_cli._probe(progress=False) == errors and capsys.readouterr().err == ""
+
+
+def test_the_autoload_file_is_found_in_site_packages(tmp_path, monkeypatch):
+    import site
+
+    from cleanflush.cli import status as status_cli
+
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(tmp_path / "a"), str(tmp_path / "b")])
+    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path / "user"))
+    assert status_cli._autoload_file() is None
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "cleanflush.pth").write_text("")
+    assert status_cli._autoload_file() == str(tmp_path / "b" / "cleanflush.pth")
