@@ -179,3 +179,58 @@ def test_the_autoload_file_is_found_in_site_packages(tmp_path, monkeypatch):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "cleanflush.pth").write_text("")
     assert status_cli._autoload_file() == str(tmp_path / "b" / "cleanflush.pth")
+
+
+def status_data(**changes):
+    data = {
+        "cleanflush": "9.9",
+        "python": "/py",
+        "programs_get": "write-read (CLEANFLUSH=1)",
+        "disabled": [],
+        "disable_problem": None,
+        "autoload_file": None,
+        "environment": {"CLEANFLUSH_REPORT": None},
+        "targets": [{"target": "triton", "version": None, "state": "absent", "detail": "triton is not installed"}],
+    }
+    return {**data, **changes}
+
+
+def test_the_status_text_line_by_line():
+    from cleanflush.cli.status import format_text
+
+    assert format_text(status_data()).splitlines() == [
+        "cleanflush 9.9 (/py)",
+        "environment  write-read (CLEANFLUSH=1)",
+        "disabled     none (CLEANFLUSH_DISABLE)",
+        "autoload     cleanflush.pth not found in this interpreter: CLEANFLUSH does nothing here",
+        "report       CLEANFLUSH_REPORT unset",
+        "",
+        "target  version  state   detail",
+        "triton  -        absent  triton is not installed",
+    ]
+    lines = format_text(
+        status_data(
+            disabled=["inductor", "triton"],
+            disable_problem="CLEANFLUSH_DISABLE names unknown targets x (ignored)",
+            autoload_file="/site/cleanflush.pth",
+            environment={"CLEANFLUSH_REPORT": "/r.jsonl"},
+        )
+    ).splitlines()
+    assert lines[2:5] == [
+        "disabled     inductor, triton (CLEANFLUSH_DISABLE); CLEANFLUSH_DISABLE names unknown targets x (ignored)",
+        "autoload     /site/cleanflush.pth: wakes on the first import of torch, triton or a harness when CLEANFLUSH "
+        "is set",
+        "report       /r.jsonl",
+    ]
+
+
+def test_collect_says_nothing_unasked_and_works_uninstalled_without_the_variable(monkeypatch, capsys):
+    from cleanflush import _env
+    from cleanflush.cli.status import collect
+
+    monkeypatch.delenv("CLEANFLUSH", raising=False)
+    monkeypatch.setitem(_env.AT_START, "CLEANFLUSH", "read")  # what the process started with
+    cleanflush.uninstall()
+    data = collect()
+    assert capsys.readouterr().err == ""
+    assert data["policy"] == "read" and cleanflush.is_installed()

@@ -173,7 +173,7 @@ def format_text(data: dict[str, Any]) -> str:
         + (f"; {data['disable_problem']}" if data["disable_problem"] else ""),
         "autoload     "
         + (
-            f"{pth}: wakes on the first import of torch or triton when {_env.POLICY_VAR} is set"
+            f"{pth}: wakes on the first import of torch, triton or a harness when {_env.POLICY_VAR} is set"
             if pth
             else f"cleanflush.pth not found in this interpreter: {_env.POLICY_VAR} does nothing here"
         ),
