@@ -235,7 +235,8 @@ def ab_with_programs(tmp_path, program_text):
     out = tmp_path / "ab.json"
     child = run_python(
         "import sys\nfrom cleanflush.__main__ import main\n"
-        f"sys.exit(main(['ab', '--json', {str(out)!r}, '--', sys.executable, {str(job)!r}, {program_text!r}]))"
+        f"sys.exit(main(['ab', '--json', {str(out)!r}, '--keep', {str(tmp_path / 'kept')!r}, '--', sys.executable, "
+        f"{str(job)!r}, {program_text!r}]))"
     )
     assert child.returncode == 0, child.stderr[-3000:]
     return child, json.loads(out.read_text())
@@ -246,6 +247,9 @@ def test_ab_times_the_programs_its_runs_compiled_end_to_end(tmp_path):
     [graph] = record["end_to_end"]["graphs"]
     assert graph["verdict"] == "slower" and len(graph["programs"]["write"]) == 2
     assert "cleanflush ab: timing the programs every run compiled, end to end" in child.stderr.splitlines()
+    kept = tmp_path / "kept" / "end-to-end"  # the timing's spec and record, kept with the runs
+    assert json.loads((kept / "spec.json").read_text())["runs"][0]["side"] == "write"
+    assert json.loads((kept / "timing.json").read_text())["graphs"] == record["end_to_end"]["graphs"]
     assert "  in total: +" in child.stdout and ": slower, beyond the noise (programs tuned under" in child.stdout
 
 
