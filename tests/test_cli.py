@@ -76,8 +76,8 @@ def test_status_check_exit_codes(tmp_path):
     assert absent.returncode == 1 and "kernelbench: absent: kernelbench is not installed" in absent.stdout
     off = cli(["status", "--check", "triton"], {"CLEANFLUSH_DISABLE": "triton"})
     assert off.returncode == 1 and "triton: disabled" in off.stdout
-    typo = cli(["status", "--check", "tritn"])
-    assert typo.returncode == 2 and "unknown targets tritn; valid: triton, inductor" in typo.stderr
+    typo = cli(["status", "--check", "tritn,inductr"])
+    assert typo.returncode == 2 and "unknown targets tritn, inductr; valid: triton, inductor" in typo.stderr
     # nothing to patch at all: a CI gate must see it
     broken = run_python(
         "import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
@@ -106,6 +106,7 @@ def test_json_means_the_same_in_every_command(tmp_path):
     for bad in (tmp_path / "no" / "such.json", tmp_path):  # checked before any work: usage error
         refused = cli(["status", "--json", str(bad)])
         assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1
+        assert refused.stderr.startswith(f"cleanflush status: cannot write --json {str(bad)!r}: ")
 
 
 def test_run_validates_the_policy_before_starting():
