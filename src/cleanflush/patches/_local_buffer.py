@@ -14,12 +14,13 @@ allocations pass through untouched.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .. import _flush
+from .. import _flush, _patching
 from .._state import STATE, Site, record, warn_once
 
 Match = Callable[[Any], bool]  # is this freshly allocated tensor the harness's flush buffer?
@@ -105,3 +106,29 @@ def run(call: Callable[[], Any], match: Match, target: str, where: str, write: s
         warn_once(f"local-buffer:{where}", f"{where} {why}")
         record(target, Site(where, "unsupported", why))
     return result
+
+
+class ScriptTimer:
+    """A timer of a script's own top-level module (TileGym's ``bench_utils``, ThunderKittens'
+    ``common``) whose flush buffer is local: wrapped in its module, where scripts bind it by
+    name as the module finishes importing, so that its buffer is handed out while it runs.  A
+    module of that name without the function is someone else's: left alone, with no row.  One
+    instance per harness, giving its patch module ``apply`` and ``revert``."""
+
+    def __init__(self, name: str, module: str, timer: str, match: Match, write: str, detail: str) -> None:
+        self.name, self.module, self.timer, self.match, self.write = name, module, timer, match, write
+        self.where = f"{module}.{timer}"
+        self.detail = detail  # what its status row says when patched
+
+    def _timer(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return run(lambda: wrapped(*args, **kwargs), self.match, self.name, self.where, self.write)
+
+    def apply(self) -> list[Site]:
+        module = sys.modules.get(self.module)
+        if module is None or not callable(vars(module).get(self.timer)):
+            return []
+        _patching.patch_set(self.name).wrap(module, self.timer, self._timer)
+        return [Site(self.where, "patched", self.detail)]
+
+    def revert(self) -> None:
+        _patching.patch_set(self.name).revert()

@@ -12,19 +12,12 @@ is left alone, with no row.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from .. import _patching
 from .._registry import name_of
-from .._state import Site
-from . import _local_buffer
+from ._local_buffer import ScriptTimer
 
-NAME = name_of(__name__)
-MODULE = "common"
-TIMER = "benchmark_l2_clear"
 FLUSH_ELEMENTS = 1024 * 1024 * 128 // 2  # its bf16 buffer: 128 MiB
-CHECKED = "checked against ThunderKittens b12a915's layout"
 
 
 def _is_flush_buffer(tensor: Any) -> bool:
@@ -33,19 +26,12 @@ def _is_flush_buffer(tensor: Any) -> bool:
     return bool(tensor.dtype == torch.bfloat16 and tensor.dim() == 1 and tensor.numel() == FLUSH_ELEMENTS)
 
 
-def _timer(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _local_buffer.run(
-        lambda: wrapped(*args, **kwargs), _is_flush_buffer, NAME, f"{MODULE}.{TIMER}", write="random_"
-    )
-
-
-def apply() -> list[Site]:
-    module = sys.modules.get(MODULE)
-    if module is None or not callable(vars(module).get(TIMER)):
-        return []
-    _patching.patch_set(NAME).wrap(module, TIMER, _timer)
-    return [Site(f"{MODULE}.{TIMER}", "patched", f"its local flush buffer's random_ is the flush; {CHECKED}")]
-
-
-def revert() -> None:
-    _patching.patch_set(NAME).revert()
+TARGET = ScriptTimer(
+    name_of(__name__),
+    "common",
+    "benchmark_l2_clear",
+    _is_flush_buffer,
+    "random_",
+    "its local flush buffer's random_ is the flush; checked against ThunderKittens b12a915's layout",
+)
+apply, revert = TARGET.apply, TARGET.revert

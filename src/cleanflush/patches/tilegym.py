@@ -11,18 +11,11 @@ without that function is left alone, with no row.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from .. import _flush, _patching
+from .. import _flush
 from .._registry import name_of
-from .._state import Site
-from . import _local_buffer
-
-NAME = name_of(__name__)
-MODULE = "bench_utils"
-TIMER = "profile_with_l2flush"
-CHECKED = "checked against TileGym 28ab0a2's layout"
+from ._local_buffer import ScriptTimer
 
 
 def _is_flush_buffer(tensor: Any) -> bool:
@@ -33,17 +26,12 @@ def _is_flush_buffer(tensor: Any) -> bool:
     return bool(tensor.numel() == _flush.l2_bytes(tensor.device) // 4 > 0)
 
 
-def _timer(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_flush_buffer, NAME, f"{MODULE}.{TIMER}")
-
-
-def apply() -> list[Site]:
-    module = sys.modules.get(MODULE)
-    if module is None or not callable(vars(module).get(TIMER)):
-        return []
-    _patching.patch_set(NAME).wrap(module, TIMER, _timer)
-    return [Site(f"{MODULE}.{TIMER}", "patched", f"its local flush buffer zeroes through the flush; {CHECKED}")]
-
-
-def revert() -> None:
-    _patching.patch_set(NAME).revert()
+TARGET = ScriptTimer(
+    name_of(__name__),
+    "bench_utils",
+    "profile_with_l2flush",
+    _is_flush_buffer,
+    "zero_",
+    "its local flush buffer zeroes through the flush; checked against TileGym 28ab0a2's layout",
+)
+apply, revert = TARGET.apply, TARGET.revert
