@@ -337,12 +337,13 @@ def write_read(cache: torch.Tensor, label: str) -> None:
         return
     import torch
 
+    written = cache.numel() * cache.element_size()
     try:
         kernel = write_read_kernel(cache.device)
-        if not cache.is_contiguous() or (cache.numel() * cache.element_size()) % 4:
+        if not cache.is_contiguous() or written % 4:
             raise ReadUnavailable("its cache is not a contiguous whole number of 4-byte words")
         entry = prepare(cache.device)
-        data = _read_data(entry, read_bytes(entry.l2, cache.numel() * cache.element_size()), cache)
+        data = _read_data(entry, read_bytes(entry.l2, written), cache)
         kernel(cache.view(-1).view(torch.int32), data, entry.sink)
     except Exception as exc:  # the two kernels of flush() do the same work, with a gap the timer sees
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
