@@ -1,6 +1,6 @@
 """python -m benchmarks <study> [--out DIR]: run one study (or ``all``) on this GPU.
 
-Studies: writeback, methods, cost, latency, autotune, budget, verdicts; ``all`` runs them in that
+Studies: writeback, methods, cost, latency, synced, autotune, budget, verdicts; ``all`` runs them in that
 order and draws the figures; ``plot`` draws the figures from existing results (no GPU needed).
 Progress goes to stderr; results to DIR/<study>.csv and .json, figures to DIR/<study>.png.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .common import RESULTS, progress
 
-STUDIES = ("writeback", "methods", "cost", "latency", "autotune", "budget", "verdicts")
+STUDIES = ("writeback", "methods", "cost", "latency", "synced", "autotune", "budget", "verdicts")
 
 
 def _shapes(text: str) -> list[tuple[int, int]]:

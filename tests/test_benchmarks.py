@@ -107,6 +107,14 @@ def test_int8_gemv_matches_a_float64_reference_on_cpu():
     assert len(errors) == 2 and all(e < 1e-2 for e in errors), errors
 
 
+def test_hidden_host_time_is_the_largest_delay_within_five_percent():
+    from benchmarks.synced import hidden_us
+
+    assert hidden_us({0: 14.0, 20: 14.6, 40: 14.7, 60: 29.0, 80: 14.5}) == 40  # up to the first one past
+    assert hidden_us({0: 14.0, 20: 14.71, 40: 30.0}) == 0
+    assert hidden_us({0: 16.0, 20: 16.8}) == 20  # 5% exactly still counts
+
+
 def test_cli_names_the_valid_studies():
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks", "all", "--skip", "bogus"],
@@ -116,7 +124,7 @@ def test_cli_names_the_valid_studies():
         timeout=60,
     )
     assert out.returncode == 2
-    assert "writeback, methods, cost, latency, autotune" in out.stderr and "bogus" in out.stderr
+    assert "writeback, methods, cost, latency, synced, autotune" in out.stderr and "bogus" in out.stderr
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks", "methods", "--shapes", "4096by4096"],
         cwd=ROOT,

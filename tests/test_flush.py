@@ -115,8 +115,8 @@ def test_the_read_covers_what_the_l2_and_the_write_ask_for(fake_l2, policy, writ
 
 def test_a_large_l2_gets_a_buffer_of_twice_its_size(fake_l2):
     l2 = fake_l2(160 * MiB)
-    buffer, _, reported, _ = _flush.prepare(torch.device("cpu"))
-    assert reported == l2 and buffer.numel() * 4 == 2 * l2
+    entry = _flush.prepare(torch.device("cpu"))
+    assert entry.l2 == l2 and entry.buffer.numel() * 4 == 2 * l2
     cache = torch.empty(16, dtype=torch.int32)
     with cleanflush.policy("read"):
         rec = run_flush(cache)
@@ -138,7 +138,7 @@ def test_after_write_reads_one_l2_or_what_was_written(fake_l2, policy, counted):
 
 
 def test_failed_read_falls_back_to_the_stock_write_and_says_so_once(monkeypatch):
-    def broken(device, nbytes, cache=None):
+    def broken(device, nbytes, cache=None, hold=False):
         raise RuntimeError("no memory")
 
     monkeypatch.setattr(_flush, "read", broken)
@@ -233,6 +233,113 @@ def test_read_runs_the_sweep_when_there_is_one(monkeypatch):
     assert data.data_ptr() == entry.buffer.data_ptr() and data.numel() * 4 == 64 * MiB and out is entry.sink
 
 
+# The hold: after a flush that found its stream empty, the stream stays busy HOLD_NS
+
+
+@pytest.fixture
+def held(monkeypatch):
+    """A CPU read buffer whose sweep (plain and held) record their calls, in order, with each
+    ``found_idle`` question; ``held(idle)`` sets what the stream is found to be."""
+    device = torch.device("cpu")
+    calls = []
+    entry = _flush.prepare(device)._replace(
+        sweep=lambda data, out: calls.append("sweep"), held=lambda data, out, ns: calls.append(("held", ns))
+    )
+    monkeypatch.setitem(_state.STATE.buffers, device, entry)
+    answer = {}
+
+    def found_idle(device):
+        calls.append("asked")
+        return answer["idle"]
+
+    monkeypatch.setattr(_flush, "found_idle", found_idle)
+
+    def set_idle(idle):
+        answer["idle"] = idle
+        calls.clear()
+        return calls
+
+    return set_idle
+
+
+@pytest.mark.parametrize(
+    "policy, idle, expected",
+    [
+        ("write-read", True, ["asked", "zero_", ("held", _flush.HOLD_NS)]),
+        ("read", True, ["asked", ("held", _flush.HOLD_NS)]),
+        ("write-read", False, ["asked", "zero_", "sweep"]),
+        ("read", False, ["asked", "sweep"]),
+        ("write", True, ["zero_"]),  # the stock flush: nothing added
+    ],
+)
+def test_a_flush_that_finds_its_stream_empty_reads_with_the_hold(held, policy, idle, expected):
+    calls = held(idle)
+    cache = torch.full((16,), 7, dtype=torch.int32)
+    with cleanflush.policy(policy):
+        _flush.flush(cache, lambda: (calls.append("zero_"), cache.zero_()), "test")
+    assert calls == expected  # asked before the write, which fills the stream
+
+
+def test_the_read_alone_holds_only_when_asked(held):
+    calls = held(True)
+    _flush.read(torch.device("cpu"), MiB)
+    _flush.read(torch.device("cpu"), MiB, hold=True)
+    assert calls == ["sweep", ("held", _flush.HOLD_NS)]
+
+
+class Stream:
+    def __init__(self, empty):
+        self.empty = empty
+
+    def query(self):
+        if isinstance(self.empty, Exception):
+            raise self.empty
+        return self.empty
+
+
+@pytest.mark.parametrize("empty", [True, False])
+def test_found_idle_asks_the_current_stream_of_a_cuda_device(monkeypatch, empty):
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: asked.append(device) or Stream(empty))
+    cuda = torch.device("cuda", 1)
+    assert _flush.found_idle(cuda) is empty and asked == [cuda]
+
+
+def test_found_idle_is_false_on_cpu_under_capture_and_on_errors(monkeypatch):
+    def no_stream(device):
+        raise AssertionError("a capturing stream must not be queried")
+
+    assert _flush.found_idle(torch.device("cpu")) is False
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", no_stream)
+    assert _flush.found_idle(torch.device("cuda", 0)) is False
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(RuntimeError("device lost")))
+    assert _flush.found_idle(torch.device("cuda", 0)) is False
+
+
+def test_a_hold_that_cannot_be_built_is_said_once_and_shown(monkeypatch):
+    pytest.importorskip("triton")
+    from cleanflush import _sweep
+
+    def broken(*args):
+        raise RuntimeError("no %globaltimer\nmore lines")
+
+    monkeypatch.setattr(_sweep, "build_held", broken)
+    monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
+    cuda = types.SimpleNamespace(device=torch.device("cuda", 0))  # stands in for a CUDA buffer
+    with pytest.warns(RuntimeWarning) as caught:
+        assert _flush._build_held(cuda, None) is None
+        assert _flush._build_held(cuda, None) is None
+    assert [str(w.message) for w in caught] == [
+        "cleanflush: the read kernel's hold could not be built on cuda:0 (RuntimeError: no %globaltimer); in "
+        "benchmarks that synchronize before each flush, host time after the read can show in the timing"
+    ]
+    row = {r.target: r for r in cleanflush.status()}["read kernel's hold on cuda:0"]
+    assert not row.patched and "no %globaltimer" in row.detail and "more lines" not in row.detail
+
+
 def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
     from cleanflush import _sweep
 
@@ -260,7 +367,7 @@ def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
 class FakeKernel:
     """Stands in for the Triton kernel: ``kernel[grid](...)`` (the JIT launch) sums with
     torch and returns a compiled kernel whose direct runner takes ``takes`` arguments
-    (Triton 3.3+ passes the constexpr too, older versions do not; other lists raise).
+    (Triton 3.3+ passes the constexprs too, older versions do not; other lists raise).
     ``right=False``: every launch writes a wrong sum."""
 
     def __init__(self, takes, right=True):
@@ -271,7 +378,7 @@ class FakeKernel:
         out += data[:n].sum() if self.right else -1.0
 
     def __getitem__(self, grid):
-        def jit(data, out, n, BLOCK, num_warps):
+        def jit(data, out, n, hold_ns, BLOCK, HOLD, num_warps):
             self._sum("jit", data, out, n)
             return Compiled(self)
 
@@ -291,7 +398,7 @@ class Compiled:
         return runner
 
 
-@pytest.mark.parametrize("takes, used", [(4, "direct/4"), (3, "direct/3"), (9, "jit")])
+@pytest.mark.parametrize("takes, used", [(6, "direct/6"), (4, "direct/4"), (9, "jit")])
 def test_the_sweep_launches_the_way_its_triton_takes(monkeypatch, takes, used):
     pytest.importorskip("triton")
     from cleanflush import _sweep
@@ -312,7 +419,7 @@ def test_a_sweep_that_never_sums_right_is_not_used(monkeypatch):
     pytest.importorskip("triton")
     from cleanflush import _sweep
 
-    monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", FakeKernel(4, right=False))
+    monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", FakeKernel(6, right=False))
     with pytest.raises(RuntimeError, match=r"no launch of the read kernel summed right \(direct, direct wi"):
         _sweep.build(torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), 2)
 
@@ -392,7 +499,7 @@ def test_a_long_build_error_is_cut_to_one_line_of_200(monkeypatch):
 
 
 def test_a_failed_read_after_an_inline_write_names_its_target(monkeypatch):
-    def broken(device, nbytes, cache=None):
+    def broken(device, nbytes, cache=None, hold=False):
         raise RuntimeError("no memory")
 
     monkeypatch.setattr(_flush, "read", broken)
@@ -432,7 +539,7 @@ def test_an_allocation_error_in_the_thread_reaches_the_caller(monkeypatch):
 
 
 def test_each_target_says_its_own_failed_read(monkeypatch):
-    def broken(device, nbytes, cache=None):
+    def broken(device, nbytes, cache=None, hold=False):
         raise RuntimeError("no memory")
 
     monkeypatch.setattr(_flush, "read", broken)

@@ -129,8 +129,8 @@ def test_get_empty_cache_prepares_the_read_buffer(monkeypatch):
     cache = bare_driver(cls).get_empty_cache_for_benchmark()
     # the stock tensor's storage, as the subclass whose zero_ is the flush
     assert type(cache).__name__ == "CleanFlushCache" and cache.data_ptr() == stock_cache.data_ptr()
-    buffer, _, l2, _ = _state.STATE.buffers[cache.device]
-    assert buffer.numel() * 4 == _flush.buffer_bytes(l2) == 256 * 1024 * 1024
+    entry = _state.STATE.buffers[cache.device]
+    assert entry.buffer.numel() * 4 == _flush.buffer_bytes(entry.l2) == 256 * 1024 * 1024
 
 
 class Triton32Driver:

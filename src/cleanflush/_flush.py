@@ -41,6 +41,11 @@ T = TypeVar("T")
 MiB = 1 << 20
 READ_KERNEL = "cleanflush_l2_sweep"  # the read's kernel name on CUDA (_sweep), for name filters
 STOCK_FLUSH_BYTES = 256 * MiB  # Triton's zero_ buffer: the GPU-busy time a flush must keep
+# How long the read lasts at least when the flush found its stream empty (a benchmark that
+# synchronizes before each flush): its host then queues the start event and the timed call
+# while the GPU runs only the flush.  A 256 MiB read lasts ~60 us on an H200 and hid 20 us of
+# host time on top of a fast host's own; hosts differ by more (benchmarks/synced.py).
+HOLD_NS = 120_000
 
 
 class ReadBuffer(NamedTuple):
@@ -50,6 +55,7 @@ class ReadBuffer(NamedTuple):
     sink: torch.Tensor  # float32 scalar the sum goes to
     l2: int  # L2 bytes, 0 when the device reports none
     sweep: Callable[[torch.Tensor, torch.Tensor], None] | None  # the named kernel; None: torch's sum
+    held: Callable[[torch.Tensor, torch.Tensor, int], None] | None  # the sweep lasting the time asked
 
 
 class ReadUnavailable(RuntimeError):
@@ -99,7 +105,9 @@ def prepare(device: torch.device) -> ReadBuffer:
             with STATE.lock:
                 STATE.read_unavailable[str(device)] = f"the read buffer could not be allocated ({exc})"
             raise ReadUnavailable(STATE.read_unavailable[str(device)]) from exc
-        entry = STATE.buffers[device] = ReadBuffer(buffer, sink, l2, _build_sweep(buffer, sink))
+        sweep = _build_sweep(buffer, sink)
+        held = _build_held(buffer, sink) if sweep is not None else None
+        entry = STATE.buffers[device] = ReadBuffer(buffer, sink, l2, sweep, held)
         return entry
 
 
@@ -121,6 +129,25 @@ def _build_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Te
             f"the read kernel {READ_KERNEL} could not be built on "
             f"{buffer.device} ({reason}); the read runs as torch's sum, which timers that pick "
             "kernels by name can mistake for the kernel under test",
+        )
+        return None
+
+
+def _build_held(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, int], None] | None:
+    """The read kernel with its hold, on a CUDA buffer; None, said once and shown by status,
+    where it cannot be built (reads on an empty stream then last as long as their bytes)."""
+    try:
+        from . import _sweep
+
+        return _sweep.build_held(buffer, sink, _sweep.programs_for(buffer.device))
+    except Exception as exc:  # a compiler error, a GPU without %globaltimer: no hold
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        with STATE.lock:
+            STATE.hold_unavailable[str(buffer.device)] = reason
+        warn_once(
+            f"hold:{buffer.device}",
+            f"the read kernel's hold could not be built on {buffer.device} ({reason}); in benchmarks "
+            "that synchronize before each flush, host time after the read can show in the timing",
         )
         return None
 
@@ -185,17 +212,35 @@ def read_region(choose: Region) -> Iterator[None]:
         _region.reset(token)
 
 
-def read(device: torch.device, nbytes: int, cache: Any = None) -> None:
+def read(device: torch.device, nbytes: int, cache: Any = None, hold: bool = False) -> None:
     """Enqueue a float32 sum over ``nbytes`` of the read buffer on ``device``'s current stream:
-    one kernel, no allocation, no host sync."""
+    one kernel, no allocation, no host sync; ``hold``: one that lasts at least ``HOLD_NS``."""
     import torch
 
     entry = prepare(device)
     data = _read_data(entry, nbytes, cache)
-    if entry.sweep is not None:
+    if hold and entry.held is not None:
+        entry.held(data, entry.sink, HOLD_NS)
+    elif entry.sweep is not None:
         entry.sweep(data, entry.sink)
     else:
         torch.sum(data, dim=0, out=entry.sink)
+
+
+def found_idle(device: torch.device) -> bool:
+    """Whether ``device``'s current stream has nothing queued: the benchmark synchronized
+    before this flush, so its host queues the start event and the timed call only after the
+    flush, while the GPU runs nothing else.  False on CPU and during graph capture."""
+    if device.type != "cuda":
+        return False
+    import torch
+
+    try:
+        if torch.cuda.is_current_stream_capturing():
+            return False
+        return bool(torch.cuda.current_stream(device).query())
+    except Exception:  # a device that went away: the flush as it was
+        return False
 
 
 def _read_data(entry: ReadBuffer, nbytes: int, cache: Any) -> torch.Tensor:
@@ -205,12 +250,12 @@ def _read_data(entry: ReadBuffer, nbytes: int, cache: Any) -> torch.Tensor:
     return data if choose is None else choose(cache, data, entry.l2)
 
 
-def _read_after(device: torch.device, written: int | None, label: str, cache: Any = None) -> bool:
+def _read_after(device: torch.device, written: int | None, label: str, cache: Any = None, hold: bool = False) -> bool:
     """The clean read after ``written`` bytes of stock write (``None``: one L2 of it);
     False, with one warning, when it could not run."""
     try:
         l2 = prepare(device).l2
-        read(device, read_bytes(l2, l2 if written is None else written), cache)
+        read(device, read_bytes(l2, l2 if written is None else written), cache, hold)
         return True
     except Exception as exc:  # the read must never break the benchmark: the stock write stands in
         _said(
@@ -262,8 +307,9 @@ def around(write: Callable[[], Any], device: torch.device, written: int, label: 
         result = write()
         count_flush(label, "write")
         return result
+    hold = found_idle(device)  # before the write, which fills the stream
     result = write() if policy == "write-read" else None
-    if _read_after(device, written if policy == "write-read" else 0, label, cache):
+    if _read_after(device, written if policy == "write-read" else 0, label, cache, hold):
         count_flush(label, policy)
         return result
     if policy == "read":

@@ -79,9 +79,11 @@ class _State:
     flushes: Counter[tuple[str, str]] = field(default_factory=Counter)
     warned: set[str] = field(default_factory=set)
     # device -> why its read buffer could not be prepared (not retried) / why the read kernel
-    # could not be built there (torch's sum reads instead)
+    # could not be built there (torch's sum reads instead) / why its hold could not (reads on
+    # an empty stream last as long as their bytes)
     read_unavailable: dict[str, str] = field(default_factory=dict)
     sweep_unavailable: dict[str, str] = field(default_factory=dict)
+    hold_unavailable: dict[str, str] = field(default_factory=dict)
     # label -> why its flushes ran the stock code after a surprise (said once, shown by status)
     fallbacks: dict[str, str] = field(default_factory=dict)
     buffers: dict[Any, Any] = field(default_factory=dict)  # device -> _flush.ReadBuffer (a type _flush owns)
@@ -121,6 +123,7 @@ def reset() -> None:
         STATE.warned.clear()
         STATE.read_unavailable.clear()
         STATE.sweep_unavailable.clear()
+        STATE.hold_unavailable.clear()
         STATE.fallbacks.clear()
         STATE.default_policy = _env.DEFAULT_POLICY
         STATE.reported = False

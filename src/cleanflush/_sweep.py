@@ -29,11 +29,19 @@ Sweep = Callable[[torch.Tensor, torch.Tensor], None]
 L = TypeVar("L", bound=Callable[..., None])
 
 
-# ``n`` changes with the bytes written before the read: never a new specialisation.
-@triton.jit(do_not_specialize=["n"])  # type: ignore[untyped-decorator]
-def cleanflush_l2_sweep(src, sink, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+@triton.jit
+def _nanoseconds():  # type: ignore[no-untyped-def]
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+# ``n`` changes with the bytes written before the read, ``hold_ns`` never does in one process:
+# neither is a new specialisation.
+@triton.jit(do_not_specialize=["n", "hold_ns"])  # type: ignore[untyped-decorator]
+def cleanflush_l2_sweep(src, sink, n, hold_ns, BLOCK: tl.constexpr, HOLD: tl.constexpr):  # type: ignore[no-untyped-def]
     # Each program strides over the buffer and adds its partial sum to one scalar: every
     # line is loaded, and nothing but that scalar is written.
+    if HOLD:  # the clock is read only where it is asked for (Triton's interpreter has none)
+        began = _nanoseconds()
     start = tl.program_id(0) * BLOCK
     step = tl.num_programs(0) * BLOCK
     acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -41,6 +49,12 @@ def cleanflush_l2_sweep(src, sink, n, BLOCK: tl.constexpr):  # type: ignore[no-u
         index = offset + tl.arange(0, BLOCK)
         acc += tl.load(src + index, mask=index < n, other=0.0)
     tl.atomic_add(sink, tl.sum(acc, axis=0))
+    if HOLD:
+        # the stream stays busy until hold_ns after the start (every program is resident
+        # at once, so they start together); it ends at that time, so it cannot hang
+        now = began
+        while now - began < hold_ns:
+            now = _nanoseconds()
 
 
 MAX_SPINS = 1 << 16  # a bound on the wait for the other programs: never a hang
@@ -78,6 +92,7 @@ def cleanflush_l2_write_read(dst, n_zero, src, n_read, sink, arrived, BLOCK: tl.
 
 
 WriteRead = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
+HeldSweep = Callable[[torch.Tensor, torch.Tensor, int], None]
 
 
 def build_write_read(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> WriteRead:
@@ -109,7 +124,7 @@ def build_write_read(buffer: torch.Tensor, sink: torch.Tensor, programs: int) ->
         sink.zero_()
     if not right:
         raise RuntimeError("the one-kernel write-read did not zero and sum right")
-    return _on_device_of(buffer, launch)
+    return _on_device_of(buffer.device.index, launch)
 
 
 def programs_for(device: torch.device) -> int:
@@ -126,7 +141,7 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> Sweep:
         with torch.cuda.device(buffer.device.index):
             return build(buffer, sink, programs)
     grid = (programs, 1, 1)  # fixed: programs past the end add 0, and one launcher serves all
-    compiled = cleanflush_l2_sweep[grid](buffer, sink, buffer.numel(), BLOCK=BLOCK, num_warps=WARPS)
+    compiled = cleanflush_l2_sweep[grid](buffer, sink, buffer.numel(), 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS)
     runner = compiled[grid] if hasattr(compiled, "__getitem__") else None  # None: Triton's interpreter
     # Launching the compiled kernel directly costs the host ~9 us less than the JIT's own
     # launch (11.6 against 20.8 us on an H200 host).  The host must queue the flush, the start
@@ -135,13 +150,15 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> Sweep:
     # Triton versions (constexprs included from 3.3), so each form is checked by its sum.
     launches: dict[str, Sweep] = {}
     if runner is not None:
-        launches["direct"] = lambda data, out: runner(data, out, data.numel(), BLOCK)
-        launches["direct without constexprs"] = lambda data, out: runner(data, out, data.numel())
-    launches["jit"] = lambda data, out: cleanflush_l2_sweep[grid](data, out, data.numel(), BLOCK=BLOCK, num_warps=WARPS)
+        launches["direct"] = lambda data, out: runner(data, out, data.numel(), 0, BLOCK, False)
+        launches["direct without constexprs"] = lambda data, out: runner(data, out, data.numel(), 0)
+    launches["jit"] = lambda data, out: cleanflush_l2_sweep[grid](
+        data, out, data.numel(), 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS
+    )
     failures = []
     for name, launch in launches.items():
         if _sums_right(launch, buffer, sink):
-            return _on_device_of(buffer, launch)
+            return _on_device_of(buffer.device.index, launch)
         failures.append(name)
     raise RuntimeError(f"no launch of the read kernel summed right ({', '.join(failures)})")
 
@@ -159,15 +176,55 @@ def _sums_right(launch: Sweep, buffer: torch.Tensor, sink: torch.Tensor) -> bool
         probe.zero_()
 
 
+def build_held(buffer: torch.Tensor, sink: torch.Tensor, programs: int, check_ns: int = 20_000) -> HeldSweep:
+    """``held(data, sink, ns)``: the sweep, lasting at least ``ns`` nanoseconds on the GPU
+    (the same kernel, its hold compiled in); compiled now and checked once to sum right and
+    last ``check_ns`` (a sync, on a CUDA ``buffer``); raises where no launch does."""
+    if _elsewhere(buffer.device.index):
+        with torch.cuda.device(buffer.device.index):
+            return build_held(buffer, sink, programs, check_ns)
+    grid = (programs, 1, 1)
+    compiled = cleanflush_l2_sweep[grid](buffer, sink, 0, 0, BLOCK=BLOCK, HOLD=True, num_warps=WARPS)
+    runner = compiled[grid] if hasattr(compiled, "__getitem__") else None
+    launches: dict[str, HeldSweep] = {}
+    if runner is not None:  # as for the sweep: the direct launch costs the host less
+        launches["direct"] = lambda data, out, ns: runner(data, out, data.numel(), ns, BLOCK, True)
+        launches["direct without constexprs"] = lambda data, out, ns: runner(data, out, data.numel(), ns)
+    launches["jit"] = lambda data, out, ns: cleanflush_l2_sweep[grid](
+        data, out, data.numel(), ns, BLOCK=BLOCK, HOLD=True, num_warps=WARPS
+    )
+    for launch in launches.values():
+        if _holds_right(launch, buffer, sink, check_ns):
+            return _on_device_of(buffer.device.index, launch)
+    raise RuntimeError(f"no launch of the read kernel held the stream {check_ns} ns and summed right")
+
+
+def _holds_right(launch: HeldSweep, buffer: torch.Tensor, sink: torch.Tensor, ns: int) -> bool:
+    probe = buffer[: 3 * BLOCK + 5]
+    try:
+        probe.fill_(1.0)
+        sink.zero_()
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        launch(probe, sink, ns)
+        end.record()
+        end.synchronize()
+        return float(sink) == probe.numel() and start.elapsed_time(end) * 1e6 >= ns
+    except Exception:  # a launch form this triton does not take, or no clock: the next one
+        return False
+    finally:
+        probe.zero_()
+
+
 def _elsewhere(index: int | None) -> bool:
     """Whether a buffer on GPU ``index`` is not on the current one: Triton compiles and
     launches for the current device (torch's sum follows its tensor)."""
     return index is not None and index != torch.cuda.current_device()
 
 
-def _on_device_of(buffer: torch.Tensor, launch: L) -> L:
-    """Switch device only when a benchmark flushes a buffer of another GPU than the current one."""
-    index = buffer.device.index
+def _on_device_of(index: int | None, launch: L) -> L:
+    """Switch device only when a benchmark flushes on another GPU than the current one."""
 
     def on_device(*tensors: torch.Tensor) -> None:
         if _elsewhere(index):

@@ -218,6 +218,16 @@ def flush_rows() -> list[TargetStatus]:
         for device, reason in sorted(STATE.sweep_unavailable.items())
     ]
     found += [
+        TargetStatus(
+            "cleanflush",
+            f"read kernel's hold on {device}",
+            None,
+            "failed",
+            f"the hold could not be built ({reason}): reads on an empty stream last as long as their bytes",
+        )
+        for device, reason in sorted(STATE.hold_unavailable.items())
+    ]
+    found += [
         TargetStatus("cleanflush", f"flushes in {label}", None, "failed", f"{why}: those flushes ran the stock code")
         for label, why in sorted(STATE.fallbacks.items())
     ]

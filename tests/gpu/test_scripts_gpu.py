@@ -133,3 +133,24 @@ def test_the_cute_dsl_memset_reads_on_its_stream():
     memsets = [e for e in on_device if "memset" in e.key.lower()]
     assert memsets, textwrap.shorten(str([e.key for e in on_device]), 300)
     assert cleanflush.flush_counts() == {("cute-dsl", "write-read"): 1}
+
+
+def test_a_read_on_an_empty_stream_lasts_the_hold_and_one_behind_work_its_bytes():
+    cache = torch.empty((64 << 20,), dtype=torch.int32, device="cuda")  # 256 MiB, as Triton's
+    flushing = _flush.flushing_tensor(cache, "hold")
+    ahead = torch.empty((256 << 20,), dtype=torch.float32, device="cuda")  # 1 GiB of queued work
+
+    def behind_work():
+        ahead.fill_(1.0)
+        flushing.zero_()
+
+    def read_us(call):
+        ran, _ = kernels(call)  # kernels() synchronizes first: the stream is empty
+        (span,) = [end - start for name, start, end in ran if name == READ_KERNEL]
+        return span
+
+    for policy in ("write-read", "read"):
+        with cleanflush.policy(policy):
+            assert read_us(flushing.zero_) >= _flush.HOLD_NS / 1e3
+            assert read_us(behind_work) < _flush.HOLD_NS / 1e3 / 1.5  # 2 x L2 or 256 MiB: 30-60 us
+    assert not [row for row in cleanflush.status() if "hold" in row.target]
