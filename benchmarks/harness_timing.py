@@ -1,14 +1,21 @@
 """The harnesses' own timers on the one-row 4096 x 4096 BF16 GEMM, stock (``write``) against
 patched, each beside a clean reference timed right after it, 5 interleaved rounds.
 
-References, neither of which runs cleanflush code:
+References, none of which runs cleanflush code:
 * event timers: verify's plain read loop (``_measure.read_flush_reference``: a float32 sum
   of a 256 MiB buffer of its own, start event, call, end event);
-* kernel-only timers (the ``bench_kineto`` copies, TileLang's CUPTI timer): the same timer
-  with its flush off (TileLang: a 0-byte buffer) and ``fn`` preceded by that plain 256 MiB
-  sum, so the GEMM's kernels follow a clean read; the ``bench_kineto`` table picks only the
-  GEMM by name, and TileLang's timer subtracts the sum as it subtracts its own flush (the sum
-  runs in its ``tilelang::cache_flush`` range).
+* kernel-only timers: the ``bench_kineto`` copies, the same timer with its flush off and
+  ``fn`` preceded by that plain 256 MiB sum, so the GEMM's kernels follow a clean read (the
+  table picks only the GEMM by name); TileLang's CUPTI timer and TileGym's, the GEMM's
+  kernels alone in a profiler session after the plain sum (TileLang's own timer cannot be
+  the reference: torch's sum is two kernels, and the gap between them in its flush range
+  would be taken off the GEMM);
+* loops that sync before every flush and report the mean (GPU MODE's eval.py, the CuTe DSL
+  autotuner's timer): the same loop flushed by that plain 256 MiB sum and a 120 us
+  ``torch.cuda._sleep`` (no memory traffic).  Their GPU is idle when the flush starts, so
+  whatever the host does between the flush's last launch and the timed call's shows in the
+  mean unless the flush outlasts it; the plain sum alone does not on slower hosts
+  (benchmarks/synced.py).
 
 The harnesses are real files put on PYTHONPATH (not part of this repository); each one that
 imports is timed, the others are skipped:
@@ -39,7 +46,9 @@ imports is timed, the others are skipped:
   cutlass/utils/__init__.py a ``HardwareInfo`` whose ``get_l2_cache_size_in_bytes`` is
   torch's L2 size (the one method its autotuner's timer calls); cuda-bindings installed.
 
-Run on a GPU with CLEANFLUSH=1 (the autoload patches the harnesses as they are imported):
+Run on a GPU with CLEANFLUSH=1 (the autoload patches the harnesses as they are imported);
+ROUNDS, ONLY (names, comma-separated) and TILEGYM_REPS narrow it, OUT=file.json keeps the
+rounds:
 
     PYTHONPATH=ext CLEANFLUSH=1 python benchmarks/harness_timing.py
 
@@ -102,6 +111,44 @@ def optional(module):
         return None
 
 
+REPS = int(os.environ.get("TILEGYM_REPS", 30))  # a profiler session per rep: slow
+
+
+def sleep_cycles_per_us():
+    """torch.cuda._sleep's cycles per microsecond on this GPU (it spins, touching no memory)."""
+    torch.cuda._sleep(1000)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    end.synchronize()
+    return 1_000_000 / (start.elapsed_time(end) * 1e3)
+
+
+BUSY_CYCLES = int(120 * sleep_cycles_per_us())
+
+
+def plain_read_then_busy():
+    """The sync loops' reference flush: the plain read, then the GPU kept busy ~120 us without
+    memory traffic, so the host's own time before the timed call stays out of the reference."""
+    plain.sum()
+    torch.cuda._sleep(BUSY_CYCLES)
+
+
+def kernel_only_after_plain_read(rep=REPS):
+    """The GEMM's kernels alone (CUPTI), each call after the plain read: the kernel-only
+    timers' reference (TileGym's profiler loop, flushed by the plain read)."""
+    times = []
+    for _ in range(rep):
+        plain.sum()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        times.append(sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0))
+    return sorted(times)[len(times) // 2]
+
+
 GEMM = gemm_kernel_filter()
 harnesses = {}  # name -> (timer under the active policy, its clean reference)
 if kb := optional("kernelbench.timing"):
@@ -146,29 +193,18 @@ if tl := optional("tilelang.profiler.bench"):
         event_reference,
     )
 
-    def tilelang_reference():  # stock policy: its 0-byte cache must not run cleanflush's read
-        with cleanflush.policy("write"):
-            return (
-                tl.do_bench(tilelang_after_plain_read, backend="cupti", _n_warmup=50, _n_repeat=300, cache_size=0) * 1e3
-            )
-
-    def tilelang_after_plain_read():  # the read inside the range its CUPTI timer subtracts
-        with torch.profiler.record_function(tl._CACHE_FLUSH_ID):
-            plain.sum()
-        fn()
-
     harnesses["TileLang do_bench cupti"] = (
         lambda: tl.do_bench(fn, backend="cupti", _n_warmup=50, _n_repeat=300) * 1e3,
-        lambda: tilelang_reference(),
+        kernel_only_after_plain_read,
     )
 if (gm := optional("utils")) and hasattr(gm, "clear_l2_cache"):
 
-    def gpu_mode_eval(n=200):  # eval.py's _run_single_benchmark, without its checks
+    def gpu_mode_eval(flush=None, n=200):  # eval.py's _run_single_benchmark, without its checks
         durations = []
         for _ in range(n):
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            gm.clear_l2_cache()
+            (flush or gm.clear_l2_cache)()
             start.record()
             fn()
             end.record()
@@ -176,24 +212,15 @@ if (gm := optional("utils")) and hasattr(gm, "clear_l2_cache"):
             durations.append(start.elapsed_time(end) * 1e3)
         return statistics.mean(durations)
 
-    harnesses["GPU MODE eval.py loop (utils.clear_l2_cache)"] = (gpu_mode_eval, event_reference)
+    # its loop syncs before every flush and reports the mean: the reference is that loop
+    harnesses["GPU MODE eval.py loop (utils.clear_l2_cache)"] = (
+        gpu_mode_eval,
+        lambda: gpu_mode_eval(plain_read_then_busy),
+    )
 if tg := optional("bench_utils"):
-    REPS = int(os.environ.get("TILEGYM_REPS", 30))  # a profiler session per rep: slow
-
-    def kernel_only_after_plain_read(rep):  # profile_with_l2flush's loop, flushed by the plain read
-        times = []
-        for _ in range(rep):
-            plain.sum()
-            torch.cuda.synchronize()
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                fn()
-                torch.cuda.synchronize()
-            times.append(sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0))
-        return sorted(times)[len(times) // 2]
-
     harnesses["TileGym profile_with_l2flush"] = (
         lambda: tg.profile_with_l2flush(fn, warmup=5, rep=REPS) * 1e3,
-        lambda: kernel_only_after_plain_read(REPS),
+        kernel_only_after_plain_read,
     )
 if tk := optional("common"):
     harnesses["ThunderKittens benchmark_l2_clear"] = (
@@ -201,35 +228,31 @@ if tk := optional("common"):
         event_reference,
     )
 if ct := optional("cutlass.testing"):
+    from cuda.bindings import driver
+
+    def cute_loop_reference(n=200):
+        """_benchmark_for_autotune's timed loop (its driver calls, a sync per call, the mean),
+        flushed by the plain read and a spin: that loop's reference."""
+        _, start = driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT)
+        _, end = driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT)
+        stream = driver.CUstream(driver.CUstream_flags.CU_STREAM_DEFAULT)
+        times = []
+        for _ in range(n):
+            plain_read_then_busy()
+            driver.cuEventRecord(start, stream)
+            fn()
+            driver.cuEventRecord(end, stream)
+            driver.cuEventSynchronize(end)
+            times.append(driver.cuEventElapsedTime(start, end)[1])
+        driver.cuEventDestroy(start)
+        driver.cuEventDestroy(end)
+        return sum(times) * 1e3 / len(times)
+
     harnesses["CuTe DSL _benchmark_for_autotune"] = (
         lambda: ct._benchmark_for_autotune(
             fn, warmup_iterations=20, iterations=200, use_cold_l2=True, print_verbose=False
         ),
-        event_reference,
-    )
-if ct:
-
-    def cute_loop_plain_write_read(n=200):
-        """_benchmark_for_autotune's loop (a sync per call) flushed by a plain write of one L2
-        and a plain sum of the bytes cleanflush reads after it: that flush, without its code."""
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        cache = torch.empty(l2 // 4, dtype=torch.int32, device="cuda")
-        read = plain[: max(2 * l2, 256 * 1024 * 1024 - l2) // 4]
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(n):
-            cache.zero_()
-            read.sum()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
-        return statistics.mean(times)
-
-    harnesses["CuTe DSL loop, plain write-read of its sizes (no cleanflush code)"] = (
-        cute_loop_plain_write_read,
-        event_reference,
+        cute_loop_reference,
     )
 if t31 := optional("triton31_do_bench"):
     import wrapt
@@ -267,3 +290,25 @@ for name in {name for name, _ in rows}:
         clean = statistics.median(p[0] / p[1] for p in rows[(name, policy)])
         print(f"{name}: {policy} removed {(stock - clean) / (stock - 1):.0%} of the stock penalty")
 print(sorted(cleanflush.flush_counts().items()))
+if os.environ.get("OUT"):  # the rounds as measured: [time, reference] per round, in us
+    import datetime
+    import json
+    import subprocess
+
+    driver = subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout.split()
+    measured = {}
+    for (name, policy), pairs in rows.items():
+        measured.setdefault(name, {})[policy] = [[round(t, 2), round(ref, 2)] for t, ref in pairs]
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": torch.cuda.get_device_name(),
+        "driver": driver[0] if driver else None,
+        "torch": torch.__version__,
+        "triton": importlib.import_module("triton").__version__,
+        "gemm": GEMM,
+        "rounds": measured,
+    }
+    with open(os.environ["OUT"], "w") as f:
+        json.dump(record, f, indent=1)
