@@ -230,7 +230,7 @@ def test_a_decision_of_one_side_only_and_a_crashed_run_are_kept_apart():
     assert cmp["only_stock"] == [["triton", "only", "s"]]
     assert cmp["agreement"]["write"] == {"runs": 2, "made_in_every_run": 0, "agree": 0}
     [d] = cmp["decisions"]
-    assert d["class"] == "unchanged" and d["stock_winners"] == ["a"]
+    assert d["class"] == "unchanged" and d["stock_winners"] == ["a"] and d["clean_winners"] == ["a", "a"]
 
 
 def test_timings_shown_per_choice_are_the_medians_over_a_sides_runs():
@@ -249,6 +249,22 @@ def test_report_says_when_nothing_changed_and_when_nothing_was_tuned():
     assert "the dirty flush did not change any decision here" in _ab.format_report(result)
     result["comparison"] = _ab.compare([[]], [[]])
     assert "no autotuning decision was recorded" in _ab.format_report(result)
+
+
+def test_the_report_counts_the_decisions_of_each_kind_and_says_when_one_run_cannot_agree():
+    stock = [[decision("k", "1", {"a": 1.0}), decision("mm", "2", {"a": 1.0}, "inductor")]]
+    stock[0] += [decision("t", "3", {"a": 1.0}, "inductor-kernel"), decision("t", "4", {"a": 1.0}, "inductor-kernel")]
+    lines = _ab.format_report(record_of(stock, stock)).splitlines()
+    assert lines[3] == (
+        "autotuning decisions matched in both: 4 "
+        "(Triton autotuner 1, Inductor max-autotune 1, Inductor kernel configs 2)"
+    )
+    assert lines[4] == (
+        "reproducible: stock runs agree on 4 of 4 decisions, write-read runs on 4 of 4 "
+        "(one run a side: nothing to agree with)"
+    )
+    two = _ab.format_report(record_of(stock * 2, stock * 2)).splitlines()
+    assert two[4] == "reproducible: stock runs agree on 4 of 4 decisions, write-read runs on 4 of 4"
 
 
 def test_every_run_gets_caches_of_its_own(tmp_path):
@@ -338,7 +354,7 @@ def test_ab_with_a_command_that_cannot_start():
         "import sys\nfrom cleanflush.__main__ import main\nsys.exit(main(['ab', '--', 'no-such-command-here']))"
     )
     assert child.returncode == 1 and "Traceback" not in child.stderr
-    assert "cannot start 'no-such-command-here'" in child.stderr
+    assert "cannot start 'no-such-command-here': No such file or directory\n" in child.stderr
     assert "exited with code 127" in child.stdout
 
 
@@ -586,6 +602,7 @@ def test_a_kept_folder_never_lends_a_run_another_runs_decisions(tmp_path):
     keep = tmp_path / "runs"
     first = ab_main("--keep", str(keep), "--json", "--", sys.executable, "-c", WRITES, "")
     assert len(json.loads(first.stdout)["comparison"]["decisions"]) == 1
+    assert sorted(p.name for p in keep.iterdir()) == ["run1-write", "run2-write-read", "run3-write", "run4-write-read"]
     quiet = ab_main("--keep", str(keep), "--json", "--", sys.executable, "-c", "pass")  # the job changed
     assert json.loads(quiet.stdout)["comparison"]["decisions"] == []
     assert not (keep / "run1-write" / "decisions.jsonl").exists()
@@ -596,6 +613,14 @@ def test_no_temporary_folder_is_left_behind(tmp_path):
     out = ab_main("--", sys.executable, "-c", "pass", env={"TMPDIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     assert set(tmp_path.iterdir()) == before
+
+
+def test_a_job_that_deletes_the_runs_folder_still_gets_its_report(tmp_path):
+    gone = "import os, shutil; shutil.rmtree(os.path.dirname(os.path.dirname(os.environ['CLEANFLUSH_DECISIONS'])))"
+    out = ab_main("--json", "--", sys.executable, "-c", gone, env={"TMPDIR": str(tmp_path)})
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert json.loads(out.stdout)["comparison"]["decisions"] == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_ctrl_c_stops_the_job_and_reports_what_it_has(tmp_path):

@@ -94,6 +94,9 @@ def test_status_check_fails_where_nothing_can_be_patched():
     assert status.problems(data) == ["no benchmarker here can be patched (is torch or triton installed?)"]
     assert status.problems({**data, "targets": [{**row, "state": "pending"}]}) == []
     assert status.problems(data, ["triton"]) == ["triton: absent: triton is not installed"]
+    unknown = "CLEANFLUSH_DISABLE names unknown targets x (ignored)"
+    patched = {**data, "disable_problem": unknown, "targets": [{**row, "state": "patched"}]}
+    assert status.problems(patched) == [unknown]  # in its own words
 
 
 def test_json_means_the_same_in_every_command(tmp_path):
@@ -314,6 +317,44 @@ def test_ab_says_when_there_is_no_gpu(tmp_path):
     out, _ = ab(tmp_path)
     lines = [line for line in out.stderr.splitlines() if "no CUDA device here" in line]
     assert len(lines) == 1 and lines[0].startswith("cleanflush ab: ")
+
+
+def test_ab_draws_its_figure_where_it_is_asked_to(tmp_path, monkeypatch, capfd):
+    # in this process: matplotlib stands in as found, the figure as a recorder
+    import importlib.util
+
+    from cleanflush import _ab_figure
+    from cleanflush.__main__ import main
+
+    drawn = []
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "matplotlib" else find_spec(name, *a)
+    )
+    monkeypatch.setattr(_ab_figure, "draw", lambda result, path: drawn.append(path))
+    path = str(tmp_path / "ab.png")
+    code = main(["ab", "--runs", "1", "--json", "--figure", path, "--", sys.executable, "-c", "pass"])
+    out, err = capfd.readouterr()  # the job runs with this process's descriptors
+    assert code == 0, err
+    assert drawn == [path] and json.loads(out)["figure"] == path
+
+
+def test_ab_called_where_its_output_is_captured_still_runs_the_job(tmp_path, capsys):
+    from cleanflush.__main__ import main
+
+    mark = tmp_path / "ran"
+    assert main(["ab", "--runs", "1", "--", sys.executable, "-c", MARK, str(mark)]) == 0
+    assert mark.exists() and "cannot start" not in capsys.readouterr().err
+
+
+def test_ab_asks_torch_whether_there_is_a_gpu(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from cleanflush.cli import ab as ab_cli
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert ab_cli._cuda_here() is True
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ab_cli._cuda_here() == "no CUDA device here (torch.cuda.is_available() is False)"
 
 
 def test_a_closed_pipe_ends_quietly():

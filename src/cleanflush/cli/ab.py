@@ -75,6 +75,16 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return problem
 
 
+def _job_stdout(json_path: str | None) -> int:
+    """The descriptor the job's own output goes to: the text's (stderr when stdout carries
+    the JSON); where that stream was replaced by one without a descriptor (``main`` called
+    in a process that captures its output), the process's own 2 or 1."""
+    try:
+        return int(text_stream(json_path).fileno())
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return 2 if json_path == "-" else 1
+
+
 def _cuda_here() -> str | bool:
     """True, or why this machine has no CUDA device for the job (said before the runs)."""
     if importlib.util.find_spec("torch") is None:
@@ -96,7 +106,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             f"cleanflush ab: {gpu}: the job runs on what it finds, and little autotunes without a GPU", file=sys.stderr
         )
     # with the JSON on stdout, the job's own output goes to stderr
-    result, code = _ab.run(command, args.policy, args.runs, args.keep, job_stdout=text_stream(args.json))
+    result, code = _ab.run(command, args.policy, args.runs, args.keep, job_stdout=_job_stdout(args.json))
     if args.figure:
         from .._ab_figure import draw  # matplotlib, only when a figure is asked for
 
