@@ -231,6 +231,9 @@ def test_a_decision_of_one_side_only_and_a_crashed_run_are_kept_apart():
     assert cmp["agreement"]["write"] == {"runs": 2, "made_in_every_run": 0, "agree": 0}
     [d] = cmp["decisions"]
     assert d["class"] == "unchanged" and d["stock_winners"] == ["a"] and d["clean_winners"] == ["a", "a"]
+    assert d["stock_winner_slower_by"] == d["cost"]
+    mirrored = _ab.compare(clean, stock)
+    assert mirrored["only_clean"] == [["triton", "only", "s"]] and mirrored["only_stock"] == []
 
 
 def test_timings_shown_per_choice_are_the_medians_over_a_sides_runs():

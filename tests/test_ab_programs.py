@@ -348,3 +348,17 @@ def test_the_record_word_for_word(tmp_path):
         for side, ms in found["program_ms"].items():
             assert found["same_side"][side] == pytest.approx(max(ms) / min(ms) - 1)
     assert [len(samples) for side in graph["program_samples"].values() for samples in side] == [3, 3, 3, 3]
+
+
+def test_find_lists_the_programs_in_the_order_they_were_written(tmp_path):
+    import os
+
+    paths = []
+    for i, name in enumerate(["zz.py", "aa.py", "mm.py"]):  # written in an order that is not the names'
+        path = tmp_path / "sub" / name if i == 1 else tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"# {programs.MARK}\n")
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+        paths.append(str(path))
+    (tmp_path / "other.py").write_text("print('not a program')\n")
+    assert programs.find(str(tmp_path)) == paths

@@ -172,6 +172,19 @@ def test_unknown_command_is_a_usage_error():
     assert out.returncode == 2 and "invalid choice" in out.stderr
 
 
+def test_help_says_what_each_option_takes():
+    verify = " ".join(cli(["verify", "--help"]).stdout.split())  # argparse wraps to the terminal
+    assert "weight shape N,K of F.linear(x[1,K], W[N,K])" in verify
+    assert "llama-3.1-8b: 4096x4096 6144x4096" in verify  # the preset's shapes, one space apart
+    for command in ("status", "verify", "ab"):
+        assert "the full record as JSON: alone, on stdout" in " ".join(cli([command, "--help"]).stdout.split())
+
+
+def test_json_on_stdout_is_indented_for_people_too():
+    out = cli(["status", "--json"]).stdout
+    assert out.startswith('{\n  "') and json.loads(out)
+
+
 def test_optimized_mode_and_version():
     out = cli(["--help"], extra=("-OO",))
     assert out.returncode == 0 and "cold and clean L2" in out.stdout
