@@ -178,6 +178,12 @@ def test_help_says_what_each_option_takes():
     assert "llama-3.1-8b: 4096x4096 6144x4096" in verify  # the preset's shapes, one space apart
     for command in ("status", "verify", "ab"):
         assert "the full record as JSON: alone, on stdout" in " ".join(cli([command, "--help"]).stdout.split())
+    top = " ".join(cli(["--help"]).stdout.split())
+    assert "ab run a command with the stock flush and with a clean one; show which autotuning" in top
+    assert "[--check [TARGETS]]" in cli(["status", "--help"]).stdout
+    assert "--keep DIR keep each run's decisions" in " ".join(cli(["ab", "--help"]).stdout.split())
+    run = " ".join(cli(["run", "--help"]).stdout.split())
+    assert "comma-separated targets to keep stock: triton, inductor, tritonbench," in run
 
 
 def test_json_on_stdout_is_indented_for_people_too():
