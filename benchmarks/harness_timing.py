@@ -67,6 +67,7 @@ import warnings
 # is the benchmark suite's (benchmarks/common.py)
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [path for path in sys.path if os.path.abspath(path or ".") != here]
+sys.path.append(os.path.dirname(here))  # the suite's own helpers, as benchmarks.common
 
 # the kernel-only timers profile: let Kineto detach CUPTI after each session, or every later
 # launch in this process is slower (pytorch/pytorch#144455)
@@ -75,6 +76,7 @@ os.environ.setdefault("TEARDOWN_CUPTI", "1")
 import torch  # noqa: E402
 
 import cleanflush  # noqa: E402
+from benchmarks.common import spin_cycles_per_us  # noqa: E402
 from cleanflush import _measure  # noqa: E402
 from cleanflush._stats import central_mean  # noqa: E402
 
@@ -112,20 +114,7 @@ def optional(module):
 
 
 REPS = int(os.environ.get("TILEGYM_REPS", 30))  # a profiler session per rep: slow
-
-
-def sleep_cycles_per_us():
-    """torch.cuda._sleep's cycles per microsecond on this GPU (it spins, touching no memory)."""
-    torch.cuda._sleep(1000)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(1_000_000)
-    end.record()
-    end.synchronize()
-    return 1_000_000 / (start.elapsed_time(end) * 1e3)
-
-
-BUSY_CYCLES = int(120 * sleep_cycles_per_us())
+BUSY_CYCLES = int(120 * spin_cycles_per_us())
 
 
 def plain_read_then_busy():

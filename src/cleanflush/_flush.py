@@ -121,14 +121,14 @@ def _build_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Te
 
         return _sweep.build(buffer, sink, _sweep.programs_for(buffer.device))
     except Exception as exc:  # no triton, a compiler error, a wrong sum: torch's sum reads instead
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        with STATE.lock:
-            STATE.sweep_unavailable[str(buffer.device)] = reason
-        warn_once(
-            f"sweep:{buffer.device}",
-            f"the read kernel {READ_KERNEL} could not be built on "
-            f"{buffer.device} ({reason}); the read runs as torch's sum, which timers that pick "
-            "kernels by name can mistake for the kernel under test",
+        _unbuilt(
+            STATE.sweep_unavailable,
+            "sweep",
+            f"the read kernel {READ_KERNEL}",
+            buffer.device,
+            exc,
+            "the read runs as torch's sum, which timers that pick kernels by name can mistake for the kernel "
+            "under test",
         )
         return None
 
@@ -141,15 +141,31 @@ def _build_held(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Ten
 
         return _sweep.build_held(buffer, sink, _sweep.programs_for(buffer.device))
     except Exception as exc:  # a compiler error, a GPU without %globaltimer: no hold
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        with STATE.lock:
-            STATE.hold_unavailable[str(buffer.device)] = reason
-        warn_once(
-            f"hold:{buffer.device}",
-            f"the read kernel's hold could not be built on {buffer.device} ({reason}); in benchmarks "
-            "that synchronize before each flush, host time after the read can show in the timing",
+        _unbuilt(
+            STATE.hold_unavailable,
+            "hold",
+            "the read kernel's hold",
+            buffer.device,
+            exc,
+            "in benchmarks that synchronize before each flush, host time after the read can show in the timing",
         )
         return None
+
+
+def _unbuilt(
+    unavailable: dict[str, str], key: str, what: str, device: torch.device, exc: Exception, consequence: str
+) -> None:
+    """A kernel that could not be built on ``device``: why, kept in ``unavailable`` for
+    status, and said once."""
+    reason = _one_line(exc)
+    with STATE.lock:
+        unavailable[str(device)] = reason
+    warn_once(f"{key}:{device}", f"{what} could not be built on {device} ({reason}); {consequence}")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as status and warnings show it: its type and first line, 200 characters at most."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
 
 
 def _allocate_outside_pools(device: torch.device, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -392,7 +408,7 @@ def write_read(cache: torch.Tensor, label: str) -> None:
         data = _read_data(entry, read_bytes(entry.l2, written), cache)
         kernel(cache.view(-1).view(torch.int32), data, entry.sink)
     except Exception as exc:  # the two kernels of flush() do the same work, with a gap the timer sees
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        reason = _one_line(exc)
         _said(
             label,
             f"write-read runs as two kernels ({reason})",
@@ -416,7 +432,7 @@ def write_read_kernel(device: torch.device) -> Callable[[torch.Tensor, torch.Ten
 
                 built: Any = _sweep.build_write_read(entry.buffer, entry.sink, _sweep.programs_for(device))
             except Exception as exc:  # no triton, a compiler error, a wrong result
-                built = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                built = _one_line(exc)
             STATE.write_read_kernels[device] = built
         kernel = STATE.write_read_kernels[device]
     if isinstance(kernel, str):

@@ -197,35 +197,24 @@ def _why_off() -> str:
 
 def flush_rows() -> list[TargetStatus]:
     """Rows for the flush itself: devices whose read could not run, flushes that fell back."""
+    # per device: what could not be made there, and what the flushes do instead
+    unmade = (
+        (STATE.read_unavailable, "read buffer", "{reason}: every flush on {device} runs the stock write"),
+        (
+            STATE.sweep_unavailable,
+            "read kernel",
+            "the read kernel could not be built ({reason}): the read runs as torch's sum",
+        ),
+        (
+            STATE.hold_unavailable,
+            "read kernel's hold",
+            "the hold could not be built ({reason}): reads on an empty stream last as long as their bytes",
+        ),
+    )
     found = [
-        TargetStatus(
-            "cleanflush",
-            f"read buffer on {device}",
-            None,
-            "failed",
-            f"{reason}: every flush on {device} runs the stock write",
-        )
-        for device, reason in sorted(STATE.read_unavailable.items())
-    ]
-    found += [
-        TargetStatus(
-            "cleanflush",
-            f"read kernel on {device}",
-            None,
-            "failed",
-            f"the read kernel could not be built ({reason}): the read runs as torch's sum",
-        )
-        for device, reason in sorted(STATE.sweep_unavailable.items())
-    ]
-    found += [
-        TargetStatus(
-            "cleanflush",
-            f"read kernel's hold on {device}",
-            None,
-            "failed",
-            f"the hold could not be built ({reason}): reads on an empty stream last as long as their bytes",
-        )
-        for device, reason in sorted(STATE.hold_unavailable.items())
+        TargetStatus("cleanflush", f"{what} on {device}", None, "failed", detail.format(reason=reason, device=device))
+        for unavailable, what, detail in unmade
+        for device, reason in sorted(unavailable.items())
     ]
     found += [
         TargetStatus("cleanflush", f"flushes in {label}", None, "failed", f"{why}: those flushes ran the stock code")
