@@ -1,5 +1,5 @@
 """Loops that synchronize before every flush (GPU MODE's eval.py, the CuTe DSL autotuner's
-timer): how much host time after the flush does each flush hide?
+timer), and do_bench's queued loop on a slow host: how much host time does each flush hide?
 
 Such a loop hands the flush an idle GPU; its host then records the start event and launches
 the timed call while the GPU runs only the flush.  Host time beyond the flush's own GPU time
@@ -11,6 +11,13 @@ time is taken against X, per flush:
 * cleanflush's ``read`` and ``write-read`` through ``_flush.flush`` on a one-L2 cache (the
   CuTe DSL's memset size), each as it is (with the hold: the stream kept busy
   ``_flush.HOLD_NS`` after the read when the flush found it empty) and without the hold.
+
+do_bench queues its calls without synchronizing, so its flushes hide host time until the host
+falls behind the GPU: a host slower per call than the flush and the GEMM together (another
+process on the CPU, a slower machine) drains the queue, and from then on every call starts on
+an idle GPU.  The ``do_bench`` rows time the GEMM with triton's ``do_bench`` (its median) while
+the timed call waits X us on the host before launching it, under the stock flush and the clean
+policies with and without the hold.
 
 ``hidden_us``: the largest X up to which every median stays within 5% of the one at X = 0.
 Run on a GPU, from the repository root:  python -m benchmarks synced
@@ -49,6 +56,19 @@ def loop(flush: Callable[[], Any], fn: Callable[[], Any], delay_us: float, iters
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     return times
+
+
+def queued(fn: Callable[[], Any], delay_us: float) -> float:
+    """do_bench's median (us) of ``fn``, the host waiting ``delay_us`` before each launch."""
+    import triton.testing
+
+    def slow() -> Any:
+        until = time.perf_counter() + delay_us * 1e-6
+        while time.perf_counter() < until:
+            pass
+        return fn()
+
+    return float(triton.testing.do_bench(slow, return_mode="median")) * 1e3
 
 
 def hidden_us(medians: dict[int, float]) -> int:
@@ -98,6 +118,12 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
         flushes[name] = (lambda name=name: policy(name), clean)
         flushes[f"{name}, no hold"] = (lambda name=name: policy(name, hold=False), clean)
 
+    # do_bench's own flush, through cleanflush's patch: the stock write, or a clean policy
+    queued_policies: dict[str, Callable[[], Any]] = {"stock": lambda: policy("write")}
+    for name in ("read", "write-read"):
+        queued_policies[name] = lambda name=name: policy(name)
+        queued_policies[f"{name}, no hold"] = lambda name=name: policy(name, hold=False)
+
     results = Results(out, "synced")
     for r in range(rounds):
         for delay in DELAYS_US:
@@ -107,19 +133,24 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
                     times = loop(flush, fn, delay, ITERS)
                 results.add(
                     round=r,
+                    loop="synced",
                     flush=name,
                     delay_us=delay,
                     median_us=statistics.median(times),
                     mean_us=statistics.fmean(times),
                 )
+            for name, context in queued_policies.items():
+                with context():
+                    median = queued(fn, delay)
+                results.add(round=r, loop="do_bench", flush=name, delay_us=delay, median_us=median, mean_us=None)
             progress(f"synced: round {r + 1}/{rounds}, delay {delay} us")
     summary = {}
-    for name in flushes:
-        medians = {
-            delay: statistics.median(
-                row["median_us"] for row in results.rows if row["flush"] == name and row["delay_us"] == delay
-            )
-            for delay in DELAYS_US
-        }
-        summary[name] = {"hidden_us": hidden_us(medians), "median_us_by_delay": medians}
+    for kind, names in (("synced", flushes), ("do_bench", queued_policies)):
+        for name in names:
+            rows = [row for row in results.rows if row["loop"] == kind and row["flush"] == name]
+            medians = {
+                delay: statistics.median(row["median_us"] for row in rows if row["delay_us"] == delay)
+                for delay in DELAYS_US
+            }
+            summary[f"{kind}: {name}"] = {"hidden_us": hidden_us(medians), "median_us_by_delay": medians}
     return results.write(hold_ns=_flush.HOLD_NS, gemm="one-row BF16 4096x4096", rounds=rounds, summary=summary)

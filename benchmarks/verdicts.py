@@ -39,6 +39,8 @@ SHAPES = [*PRESETS["llama-3.1-8b"], (2048, 2048)]
 CONTROL_CASES = [((4096, 4096), "bfloat16"), ((4096, 14336), "float16"), ((128256, 4096), "bfloat16")]
 DTYPES = ("bfloat16", "float16")
 POLICIES = ("write-read", "read")
+RULES = ("do_bench", "do_bench rounds", "inductor", "inductor rounds", "graph_us")  # rule_margins' keys
+LABELS = ("do_bench", "rounds", "Inductor", "rounds", "graph us")  # their columns: the tightest margin
 
 
 def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = 5, seconds: float = 420.0) -> Path:
@@ -110,7 +112,7 @@ def summary(records: list[dict[str, Any]]) -> str:
 
     lines.append("")
     header = f"{'GEMM':24s} {'policy':10s} {'n':>3s} {'PASS':>4s} {'NO-P':>4s} {'FAIL':>4s}"
-    lines.append(header + "  penalty us (median)  noise us  tightest: do_bench  Inductor  graph us")
+    lines.append(header + "  penalty us (median)  noise us" + "".join(f"  {label:>8s}" for label in LABELS))
     cases: dict[tuple[str, str], list[tuple[dict[str, Any], dict[str, Any]]]] = defaultdict(list)
     for record, name, verdict in healthy:
         k = record["kernel"]
@@ -128,7 +130,7 @@ def summary(records: list[dict[str, Any]]) -> str:
                 margins[rule].append(margin)
         row = f"{gemm:24s} {name:10s} {len(items):3d} {counts['PASS']:4d} {counts['NO-PENALTY']:4d} {counts['FAIL']:4d}"
         row += f"  {statistics.median(penalties):+19.2f}  {max(noises):8.2f}"
-        for rule in ("do_bench", "inductor", "graph_us"):
+        for rule in RULES:
             value = min(margins[rule]) if margins[rule] else None
             row += f"  {value:+8.2f}" if value is not None else f"  {'-':>8s}"
             if value is not None:
@@ -137,26 +139,31 @@ def summary(records: list[dict[str, Any]]) -> str:
     lines.append("")
     lines.append(
         "tightest over all: "
-        + ", ".join(f"{rule} {value:+.2f}" for rule, value in tight.items())
-        + " (share rules: share removed - 60% + noise/penalty; graph: us above the floor less its slack; "
-        "negative fails; NO-PENALTY rows have no share margin)"
+        + ", ".join(f"{rule} {tight[rule]:+.2f}" for rule in RULES if rule in tight)
+        + " (share rules: median share removed - 60% + noise/penalty; rounds: the share of the round "
+        "that decides the sign test - 60%; graph: us above the floor less its slack; negative fails; "
+        "NO-PENALTY rows have no share margin)"
     )
     return "\n".join(lines)
 
 
 def rule_margins(record: dict[str, Any], name: str) -> dict[str, float]:
     """Each timing rule's margin for ``name`` in ``record`` (negative: the rule fails)."""
-    from cleanflush._verify.verdict import judge_timing, warm_floor
+    from cleanflush._verify.verdict import share_rules, warm_floor
 
     t, margins = record["timings_us"], {}
-    _, margin, _ = judge_timing("do_bench", t["do_bench"]["stock"], t["do_bench"][name], t["reference"][name], None)
-    if margin is not None:
-        margins["do_bench"] = margin
+    timed = {"do_bench": (t["do_bench"]["stock"], t["do_bench"][name], t["reference"][name])}
     inductor = t.get("inductor", {})
     if name in inductor:
-        _, margin, _ = judge_timing("Inductor", inductor["stock"], inductor[name], t["reference_min"][name], None)
-        if margin is not None:
-            margins["inductor"] = margin
+        timed["inductor"] = (inductor["stock"], inductor[name], t["reference_min"][name])
+    for method, (stock, candidate, reference) in timed.items():
+        shares = penalty_share(stock, candidate, reference)
+        if shares["penalty_us"] <= shares["noise_us"]:
+            continue  # NO-PENALTY: no share rule applies
+        rules = share_rules(stock, candidate, reference)
+        margins[method] = rules["median"]
+        if rules["rounds"] is not None:
+            margins[f"{method} rounds"] = rules["rounds"]
     graph = t.get("rotating_graph")
     if graph:
         floor, slack = warm_floor(graph, t["do_bench"][name])
