@@ -166,7 +166,7 @@ def rule_margins(record: dict[str, Any], name: str) -> dict[str, float]:
             margins[f"{method} rounds"] = rules["rounds"]
     graph = t.get("rotating_graph")
     if graph:
-        floor, slack = warm_floor(graph, t["do_bench"][name])
+        floor, slack, _ = warm_floor(graph, t["reference"][name], t["do_bench"][name])
         margins["graph_us"] = statistics.median(t["do_bench"][name]) - (floor - slack)
     return margins
 

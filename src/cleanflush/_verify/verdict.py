@@ -36,9 +36,9 @@ ROUNDS_LEVEL = 0.05
 # The smallest noise a timing rule allows: CUDA events tick in about 0.5-1 us steps on an H200,
 # and a central mean of hundreds of samples resolves a quarter of a step.
 RESOLUTION_US = 0.25
-# After a clean flush, do_bench ran up to 0.9% under the rotating graph at weights of 4-17 x L2
-# (28672 x 4096, 128256 x 4096: 2 of 144 H200 records, benchmarks/results/h200/verdicts.json),
-# which no warm data can explain there; the warm-data rule allows twice that.
+# After a clean flush, do_bench ran up to 1.45% under the faster of the rotating graph and the
+# plain read loop (531 H200 records over 4 runs, benchmarks/results/h200/verdicts.json), at
+# weights of 2-17 x L2 that no warm data can explain after a flush; the rule allows 2%.
 WARM_TOLERANCE = 0.02
 NCU_DIRTY_MB = 1.0  # the GEMM's own output is at most 0.26 MB here; clean runs wrote <= 0.06 MB
 
@@ -130,12 +130,21 @@ def penalty_share(stock: list[float], candidate: list[float], reference: list[fl
     }
 
 
-def warm_floor(graph: list[float], candidate: list[float]) -> tuple[float, float]:
-    """(floor, slack) of the warm-data rule: a candidate faster than a CUDA graph cycling
-    through cold weights with no launch gaps (the floor), by more than the slack (either
-    one's spread over rounds, or WARM_TOLERANCE of the floor), read data that stayed warm."""
-    floor = _median(graph)
-    return floor, max(_iqr(graph), _iqr(candidate), RESOLUTION_US, WARM_TOLERANCE * floor)
+def warm_floor(graph: list[float], reference: list[float], candidate: list[float]) -> tuple[float, float, str]:
+    """(floor, slack, what the floor is) of the warm-data rule: the faster of two clean
+    timings that share no code with cleanflush, a CUDA graph cycling through cold weights
+    with no launch gaps and the plain read loop.  A candidate faster than the floor by more
+    than the slack (either one's spread over rounds, or WARM_TOLERANCE of the floor) read
+    data that stayed warm.  At weights of several L2 the graph can run behind the loop (up to
+    2.4% on an H200: its calls follow each other's DRAM traffic), hence the faster of the two."""
+    graph_us, reference_us = _median(graph), _median(reference)
+    if graph_us <= reference_us:
+        floor, spread = graph_us, _iqr(graph)
+        what = f"the rotating-weight graph {floor:.2f} us (cold weight, no launch gaps)"
+    else:
+        floor, spread = reference_us, _iqr(reference)
+        what = f"the clean reference {floor:.2f} us (faster than the rotating-weight graph here)"
+    return floor, max(spread, _iqr(candidate), RESOLUTION_US, WARM_TOLERANCE * floor), what
 
 
 def rounds_needed(rounds: int) -> int | None:
@@ -190,18 +199,17 @@ def judge_timing(
         f"{t['reference_us']:.2f} us"
     )
     if graph:
-        floor, slack = warm_floor(graph, candidate)
+        floor, slack, what = warm_floor(graph, reference, candidate)
         if t["candidate_us"] < floor - slack:
             return (
                 "fail",
                 None,
                 (
-                    f"{name}: {where}: faster than the rotating-weight graph {floor:.2f} us (cold weight, no "
-                    f"launch gaps) by more than {slack:.2f} us (their spread or {WARM_TOLERANCE:.0%} of the "
-                    "graph), so data stayed warm in L2"
+                    f"{name}: {where}: faster than {what} by more than {slack:.2f} us (their spread or "
+                    f"{WARM_TOLERANCE:.0%} of it), so data stayed warm in L2"
                 ),
             )
-        where += f", rotating graph {floor:.2f} us"
+        where += f", rotating graph {_median(graph):.2f} us"
     if t["penalty_us"] <= noise:
         return (
             "no-penalty",
@@ -262,6 +270,12 @@ def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
         )
         failed |= istate == "fail"
         reasons.append(("FAIL: " if istate == "fail" else "") + iwhy)
+        if state == "fail" and margin is not None and istate != "fail":
+            reasons.append(
+                "do_bench's mean failed where Inductor's min under the same flush did not: dirty lines slow "
+                "every call, so what the min does not show is more likely launch latency (a host slower per "
+                "call than the GPU, docs/limits.md) than L2"
+            )
         if imargin is not None and margin is not None:
             margin = min(margin, imargin)
 
