@@ -270,6 +270,22 @@ def test_the_report_counts_the_decisions_of_each_kind_and_says_when_one_run_cann
     assert two[4] == "reproducible: stock runs agree on 4 of 4 decisions, write-read runs on 4 of 4"
 
 
+def test_a_runs_folder_that_is_there_already_is_used(tmp_path):
+    # a kept folder's end-to-end timing folder outlives the command that made it
+    again = str(tmp_path / "end-to-end")
+    assert _ab.run_env({}, "read", again) == _ab.run_env({}, "read", again)
+
+
+def test_the_clock_counts_whole_minutes_and_seconds():
+    assert [_ab._clock(s) for s in (0, 59.9, 60, 120, 3599)] == ["0m00s", "0m59s", "1m00s", "2m00s", "59m59s"]
+
+
+def test_the_report_names_its_figure():
+    stock = runs({"a": 1.0, "b": 2.0})
+    assert "figure: ab.png" in _ab.format_report({**record_of(stock, stock), "figure": "ab.png"}).splitlines()
+    assert not any(line.startswith("figure:") for line in _ab.format_report(record_of(stock, stock)).splitlines())
+
+
 def test_every_run_gets_caches_of_its_own(tmp_path):
     a = _ab.run_env({}, "write", str(tmp_path / "1"))
     b = _ab.run_env({}, "write-read", str(tmp_path / "2"))
@@ -304,6 +320,7 @@ def test_ab_end_to_end_finds_the_flip(tmp_path):
     data = json.loads(out.read_text())
     assert [r["policy"] for r in data["run_codes"]] == ["write", "write-read"] * 2
     assert len(data["comparison"]["changed"]) == 2
+    assert data["interrupted"] is False and data["elapsed_s"] > 0
 
 
 def test_ab_reports_a_failed_run(tmp_path):
@@ -659,7 +676,8 @@ def test_ctrl_c_stops_the_job_and_reports_what_it_has(tmp_path):
         stdout, stderr = proc.communicate()
         raise AssertionError(f"ab did not end after Ctrl-C; it said: {stderr[-2000:]}") from None
     assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr and "interrupted" in stderr
+    assert "Traceback" not in stderr
+    assert "cleanflush ab: interrupted; the report covers the runs that finished" in stderr.splitlines()
     assert "interrupted: 0 of 2 pairs of runs compared" in stdout
 
 

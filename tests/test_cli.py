@@ -184,6 +184,8 @@ def test_help_says_what_each_option_takes():
     assert "--keep DIR keep each run's decisions" in " ".join(cli(["ab", "--help"]).stdout.split())
     run = " ".join(cli(["run", "--help"]).stdout.split())
     assert "comma-separated targets to keep stock: triton, inductor, tritonbench," in run
+    assert "--rounds ROUNDS interleaved rounds (default 5)" in verify
+    assert "write-read and read, which must PASS: shows that the verdict means something here" in verify
 
 
 def test_json_on_stdout_is_indented_for_people_too():
@@ -195,6 +197,44 @@ def test_optimized_mode_and_version():
     out = cli(["--help"], extra=("-OO",))
     assert out.returncode == 0 and "cold and clean L2" in out.stdout
     assert cli(["-V"]).stdout.startswith("cleanflush ")
+
+
+def test_version_long_form_and_no_command(capsys):
+    from cleanflush.cli import main
+
+    for args, code in ((["--version"], 0), ([], 2)):
+        with pytest.raises(SystemExit) as stopped:
+            main(args)
+        assert stopped.value.code == code
+    out, err = capsys.readouterr()
+    assert out.startswith("cleanflush ") and "the following arguments are required: COMMAND" in err
+
+
+def test_ctrl_c_in_a_command_says_so_on_stderr(monkeypatch, capsys):
+    from cleanflush import cli as cli_module
+
+    def interrupted(args, parser):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module.COMMANDS["status"], "main", interrupted)
+    assert cli_module.main(["status"]) == 130
+    assert capsys.readouterr() == ("", "cleanflush status: interrupted\n")
+
+
+def test_ab_without_a_command_is_a_usage_error(capsys):
+    from cleanflush.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["ab"])
+    assert stopped.value.code == 2 and "ab needs a command after --" in capsys.readouterr().err
+
+
+def test_json_in_a_file_is_indented_too(tmp_path):
+    from cleanflush.cli import _output
+
+    path = tmp_path / "r.json"
+    _output.emit({"a": [1]}, "", str(path))
+    assert path.read_text() == '{\n  "a": [\n    1\n  ]\n}'
 
 
 def test_report_file_records_each_process_that_flushed(tmp_path):
