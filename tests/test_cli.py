@@ -185,7 +185,17 @@ def test_help_says_what_each_option_takes():
     run = " ".join(cli(["run", "--help"]).stdout.split())
     assert "comma-separated targets to keep stock: triton, inductor, tritonbench," in run
     assert "--rounds ROUNDS interleaved rounds (default 5)" in verify
-    assert "write-read and read, which must PASS: shows that the verdict means something here" in verify
+    assert (
+        "--controls also time deliberately broken flushes, which must be judged FAIL, next to write-read and "
+        "read, which must PASS: shows that the verdict means something here"
+    ) in verify
+    assert "CUDA device index, indices like 0,2, or all: one row per device, one after another (default 0)" in verify
+    assert "--disable TARGETS comma-separated targets to keep stock" in run
+    ab = " ".join(cli(["ab", "--help"]).stdout.split())
+    assert (
+        "(RUNS times each, interleaved), each run with fresh private Triton and Inductor caches so that it "
+        "really tunes; record every autotuning decision"
+    ) in ab
 
 
 def test_json_on_stdout_is_indented_for_people_too():
