@@ -36,9 +36,10 @@ ROUNDS_LEVEL = 0.05
 # The smallest noise a timing rule allows: CUDA events tick in about 0.5-1 us steps on an H200,
 # and a central mean of hundreds of samples resolves a quarter of a step.
 RESOLUTION_US = 0.25
-# After a clean flush, do_bench ran up to 1.45% under the faster of the rotating graph and the
-# plain read loop (531 H200 records over 4 runs, benchmarks/results/h200/verdicts.json), at
-# weights of 2-17 x L2 that no warm data can explain after a flush; the rule allows 2%.
+# After a clean flush, do_bench ran up to 1.45% under the faster of the rotating graph and
+# the plain read loop (515 healthy flushes in 503 H200 records, benchmarks/results/h200/
+# verdicts.json), at weights of 2-17 x L2 that no warm data can explain after a flush; the
+# rule allows 2%.
 WARM_TOLERANCE = 0.02
 NCU_DIRTY_MB = 1.0  # the GEMM's own output is at most 0.26 MB here; clean runs wrote <= 0.06 MB
 
