@@ -276,6 +276,19 @@ def test_a_runs_folder_that_is_there_already_is_used(tmp_path):
     assert _ab.run_env({}, "read", again) == _ab.run_env({}, "read", again)
 
 
+def test_an_interrupted_ab_records_no_end_to_end_timing(monkeypatch, capsys, tmp_path):
+    def interrupted(*args, **kwargs):  # Ctrl-C while the first run's job runs
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_ab.subprocess, "run", interrupted)
+    result, code = _ab.run([sys.executable, "-c", "pass"], runs=1, keep=str(tmp_path))
+    assert (code, result["interrupted"], result["runs_compared"]) == (130, True, 0)
+    assert result["end_to_end"] is None and result["run_codes"] == []
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "cleanflush ab: interrupted; the report covers the runs that finished"
+    )
+
+
 def test_the_clock_counts_whole_minutes_and_seconds():
     assert [_ab._clock(s) for s in (0, 59.9, 60, 120, 3599)] == ["0m00s", "0m59s", "1m00s", "2m00s", "59m59s"]
 

@@ -170,6 +170,42 @@ def benchmark_compiled_module(args, times=10, repeat=10):
 """
 
 
+ON_CUDA = """
+import types
+
+class OnCuda:  # an input on a CUDA device, as far as the clock's choice asks
+    device = types.SimpleNamespace(type="{device}")
+
+    def __repr__(self):
+        return "OnCuda()"
+
+def call(args):
+    args.clear()
+
+def get_args():
+    return [OnCuda()]
+"""
+
+
+@pytest.mark.parametrize("device, cuda", [("cuda", True), ("cpu", False)])
+def test_a_program_whose_inputs_are_on_a_gpu_is_timed_with_cuda_events(tmp_path, monkeypatch, device, cuda):
+    chosen = []
+
+    class HostClock(programs._Clock):  # records the choice, times on the host (no GPU here)
+        def __init__(self, cuda):
+            chosen.append(cuda)
+            super().__init__(False)
+
+    monkeypatch.setattr(programs, "_Clock", HostClock)
+    paths = []
+    for side in ("write", "write-read"):
+        path = tmp_path / f"{side}.py"
+        path.write_text(ON_CUDA.format(device=device))
+        paths.append({"side": side, "paths": [str(path)]})
+    record = programs.time_programs(paths, reps=1, sample_s=0.0001)
+    assert len(record["graphs"]) == 1 and chosen == [cuda]
+
+
 def test_only_one_graphs_inputs_are_alive_at_a_time(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "cleanflush_test_alive", raising=False)
 
