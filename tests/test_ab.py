@@ -289,6 +289,11 @@ def test_an_interrupted_ab_records_no_end_to_end_timing(monkeypatch, capsys, tmp
     )
 
 
+def test_a_key_tuned_twice_in_one_run_counts_once_with_the_first_pick():
+    first, again = decision("k", "1", {"a": 1.0, "b": 2.0}), decision("k", "1", {"a": 2.0, "b": 1.0})
+    assert _ab._by_key([[first, again]]) == {("triton", "k", "1"): [first]}
+
+
 def test_the_clock_counts_whole_minutes_and_seconds():
     assert [_ab._clock(s) for s in (0, 59.9, 60, 120, 3599)] == ["0m00s", "0m59s", "1m00s", "2m00s", "59m59s"]
 

@@ -397,4 +397,5 @@ def test_find_lists_the_programs_in_the_order_they_were_written(tmp_path):
         os.utime(path, (1_000_000 + i, 1_000_000 + i))
         paths.append(str(path))
     (tmp_path / "other.py").write_text("print('not a program')\n")
+    (tmp_path / "latin1.py").write_bytes(b"# caf\xe9: not UTF-8, not a program\n")  # read past, not raised on
     assert programs.find(str(tmp_path)) == paths
