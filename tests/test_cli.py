@@ -181,6 +181,7 @@ def test_help_says_what_each_option_takes():
     top = " ".join(cli(["--help"]).stdout.split())
     assert "ab run a command with the stock flush and with a clean one; show which autotuning" in top
     assert "verify time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect" in top
+    assert "run run a command with cleanflush on, in it and every Python child" in top
     assert "[--check [TARGETS]]" in cli(["status", "--help"]).stdout
     assert "--keep DIR keep each run's decisions" in " ".join(cli(["ab", "--help"]).stdout.split())
     run = " ".join(cli(["run", "--help"]).stdout.split())
