@@ -182,7 +182,11 @@ def test_help_says_what_each_option_takes():
     assert "ab run a command with the stock flush and with a clean one; show which autotuning" in top
     assert "verify time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect" in top
     assert "run run a command with cleanflush on, in it and every Python child" in top
-    assert "[--check [TARGETS]]" in cli(["status", "--help"]).stdout
+    status = cli(["status", "--help"]).stdout
+    assert "[--check [TARGETS]]" in status
+    status = " ".join(status.split())
+    assert "[--check [TARGETS]] What a Python program started from this shell would get: the policy" in status
+    assert "--check [TARGETS] exit 1 when the settings are invalid or a target cannot be patched; TARGETS (" in status
     assert "--keep DIR keep each run's decisions" in " ".join(cli(["ab", "--help"]).stdout.split())
     run = " ".join(cli(["run", "--help"]).stdout.split())
     assert "comma-separated targets to keep stock: triton, inductor, tritonbench," in run
@@ -193,7 +197,9 @@ def test_help_says_what_each_option_takes():
     ) in verify
     assert "CUDA device index, indices like 0,2, or all: one row per device, one after another (default 0)" in verify
     assert "--disable TARGETS comma-separated targets to keep stock" in run
+    assert run.startswith("usage: cleanflush run [--policy P] [--report FILE] [--disable TARGETS] -- COMMAND")
     ab = " ".join(cli(["ab", "--help"]).stdout.split())
+    assert "--figure PNG draw the comparison (needs matplotlib) " in ab
     assert (
         "(RUNS times each, interleaved), each run with fresh private Triton and Inductor caches so that it "
         "really tunes; record every autotuning decision"
