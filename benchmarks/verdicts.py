@@ -149,7 +149,7 @@ def summary(records: list[dict[str, Any]]) -> str:
 
 def rule_margins(record: dict[str, Any], name: str) -> dict[str, float]:
     """Each timing rule's margin for ``name`` in ``record`` (negative: the rule fails)."""
-    from cleanflush._verify.verdict import share_rules, warm_floor
+    from cleanflush._verify.verdict import judge_timing, share_rules, warm_floor
 
     t, margins = record["timings_us"], {}
     timed = {"do_bench": (t["do_bench"]["stock"], t["do_bench"][name], t["reference"][name])}
@@ -157,9 +157,8 @@ def rule_margins(record: dict[str, Any], name: str) -> dict[str, float]:
     if name in inductor:
         timed["inductor"] = (inductor["stock"], inductor[name], t["reference_min"][name])
     for method, (stock, candidate, reference) in timed.items():
-        shares = penalty_share(stock, candidate, reference)
-        if shares["penalty_us"] <= shares["noise_us"]:
-            continue  # NO-PENALTY: no share rule applies
+        if judge_timing(method, stock, candidate, reference, None)[1] is None:
+            continue  # NO-PENALTY (the verdict's own rule): no share rule applies
         rules = share_rules(stock, candidate, reference)
         margins[method] = rules["median"]
         if rules["rounds"] is not None:
