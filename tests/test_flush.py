@@ -12,6 +12,7 @@ from .conftest import run_python
 from .ops import OpRecorder, overlaps
 
 MiB = 1 << 20
+STAND_IN_CALLS = types.SimpleNamespace(signal="signal")  # Calls, where pinned memory needs CUDA
 
 
 def run_flush(cache):
@@ -186,17 +187,20 @@ SWEEP_CHECK = """
 import json, torch
 from cleanflush import _sweep
 out = {}
+signal = torch.zeros(2, dtype=torch.int64)
 for n in (1, 4095, 4096, 3 * 4096 * 5 + 7):
     data = torch.zeros(n, dtype=torch.float32)  # the read buffer: zeros
     sink = torch.zeros((), dtype=torch.float32)
-    sweep = _sweep.build(data, sink, 3)  # compiles, checks itself, leaves the zeros
+    sweep = _sweep.build(data, sink, signal, 3)  # compiles, checks itself, leaves the zeros
     out[f"zeros left {n}"] = [float(data.abs().sum()), 0.0]
+    out[f"signal left {n}"] = [signal.tolist(), [0, 0]]
     data.copy_(torch.arange(n, dtype=torch.float32) % 7)
     sink.zero_()
-    sweep(data, sink)
+    sweep(data, sink, 40 + n)
     out[n] = [float(sink), float(data.sum())]
+    out[f"started {n}"] = [signal.tolist(), [0, 40 + n]]  # the read marks its call, the host's count untouched
 sink.zero_()
-sweep(data[:5000], sink)  # a prefix, as the read after a write asks
+sweep(data[:5000], sink, 3)  # a prefix, as the read after a write asks
 out["prefix"] = [float(sink), float(data[:5000].sum())]
 print(json.dumps(out))
 """
@@ -225,12 +229,16 @@ def test_read_runs_the_sweep_when_there_is_one(monkeypatch):
     device = torch.device("cpu")
     calls = []
     entry = _flush.prepare(device)
-    monkeypatch.setitem(_state.STATE.buffers, device, entry._replace(sweep=lambda data, out: calls.append((data, out))))
+    monkeypatch.setitem(
+        _state.STATE.buffers, device, entry._replace(sweep=lambda data, out, call: calls.append((data, out, call)))
+    )
     with OpRecorder() as rec:
         _flush.read(device, 64 * MiB)
     assert rec.names == []  # not torch's sum
-    ((data, out),) = calls
-    assert data.data_ptr() == entry.buffer.data_ptr() and data.numel() * 4 == 64 * MiB and out is entry.sink
+    ((data, out, call),) = calls
+    assert (
+        data.data_ptr() == entry.buffer.data_ptr() and data.numel() * 4 == 64 * MiB and out is entry.sink and call == 0
+    )  # no signal on CPU
 
 
 # The hold: after a flush that found its stream empty, the stream stays busy HOLD_NS
@@ -239,20 +247,20 @@ def test_read_runs_the_sweep_when_there_is_one(monkeypatch):
 @pytest.fixture
 def held(monkeypatch):
     """A CPU read buffer whose sweep (plain and held) record their calls, in order, with each
-    ``found_idle`` question; ``held(idle)`` sets what the stream is found to be."""
+    ``caught_up`` question; ``held(caught)`` sets the answer."""
     device = torch.device("cpu")
     calls = []
     entry = _flush.prepare(device)._replace(
-        sweep=lambda data, out: calls.append("sweep"), held=lambda data, out, ns: calls.append(("held", ns))
+        sweep=lambda data, out, call: calls.append("sweep"), held=lambda data, out, call, ns: calls.append(("held", ns))
     )
     monkeypatch.setitem(_state.STATE.buffers, device, entry)
     answer = {}
 
-    def found_idle(device):
+    def caught_up(device):
         calls.append("asked")
         return answer["idle"]
 
-    monkeypatch.setattr(_flush, "found_idle", found_idle)
+    monkeypatch.setattr(_flush, "caught_up", caught_up)
 
     def set_idle(idle):
         answer["idle"] = idle
@@ -272,7 +280,7 @@ def held(monkeypatch):
         ("write", True, ["zero_"]),  # the stock flush: nothing added
     ],
 )
-def test_a_flush_that_finds_its_stream_empty_reads_with_the_hold(held, policy, idle, expected):
+def test_a_flush_that_finds_the_gpu_caught_up_reads_with_the_hold(held, policy, idle, expected):
     calls = held(idle)
     cache = torch.full((16,), 7, dtype=torch.int32)
     with cleanflush.policy(policy):
@@ -285,6 +293,95 @@ def test_the_read_alone_holds_only_when_asked(held):
     _flush.read(torch.device("cpu"), MiB)
     _flush.read(torch.device("cpu"), MiB, hold=True)
     assert calls == ["sweep", ("held", _flush.HOLD_NS)]
+
+
+# The handshake: the host numbers its read calls, the kernel marks the one it started
+
+
+def test_calls_are_numbered_in_host_memory_and_caught_up_means_the_last_one_started():
+    signal = torch.zeros(2, dtype=torch.int64)  # plain CPU memory, as the kernel sees pinned memory
+    calls = _flush.Calls(signal)
+    assert calls.caught_up()  # nothing called yet
+    assert [calls.next(), calls.next()] == [1, 2] and signal.tolist() == [2, 0]
+    assert not calls.caught_up()  # the GPU has started neither read
+    signal[1] = 1
+    assert not calls.caught_up()  # the first, not the last
+    signal[1] = 2  # as the kernel marks it
+    assert calls.caught_up()
+
+
+def test_each_read_takes_the_next_call_number(monkeypatch):
+    device = torch.device("cpu")
+    seen = []
+    calls = _flush.Calls(torch.zeros(2, dtype=torch.int64))
+    entry = _flush.prepare(device)._replace(
+        sweep=lambda data, out, call: seen.append(("sweep", call)),
+        held=lambda data, out, call, ns: seen.append(("held", call, ns)),
+        calls=calls,
+    )
+    monkeypatch.setitem(_state.STATE.buffers, device, entry)
+    _flush.read(device, MiB)
+    _flush.read(device, MiB, hold=True)
+    _flush.read(device, MiB)  # lets the held read go: the host's count passes its call
+    assert seen == [("sweep", 1), ("held", 2, _flush.HOLD_NS), ("sweep", 3)] and calls.signal.tolist() == [3, 0]
+
+
+@pytest.fixture
+def cuda_calls(monkeypatch):
+    """cuda:1 with a read buffer whose Calls live in CPU memory, its stream busy, no capture:
+    returns (device, signal)."""
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(False))
+    cuda = torch.device("cuda", 1)
+    signal = torch.zeros(2, dtype=torch.int64)
+    entry = _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, _flush.Calls(signal))
+    monkeypatch.setitem(_state.STATE.buffers, cuda, entry)
+    return cuda, signal
+
+
+def test_caught_up_when_the_gpu_started_the_last_read_though_its_stream_is_busy(cuda_calls, monkeypatch):
+    # do_bench on a host slower than the GPU: the last timed call may still run
+    cuda, signal = cuda_calls
+    signal.copy_(torch.tensor([5, 5]))
+    assert _flush.caught_up(cuda) is True
+    signal[1] = 4  # the last read still queued: a backlog that covers the host
+    assert _flush.caught_up(cuda) is False
+    assert _flush.caught_up(torch.device("cuda", 6)) is False  # busy, and no read buffer there yet
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(True))
+    assert _flush.caught_up(cuda) is True  # an empty stream is caught up whatever the marks say
+
+
+def test_not_caught_up_during_capture_or_on_errors(cuda_calls, monkeypatch):
+    cuda, signal = cuda_calls
+    signal.copy_(torch.tensor([5, 5]))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert _flush.caught_up(cuda) is False  # a captured read's call number is stale at replay
+
+    def gone():
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", gone)
+    assert _flush.caught_up(cuda) is False
+
+
+@pytest.mark.parametrize("caught", [True, False])
+def test_the_read_after_an_inline_write_holds_when_caught_up(held, caught):
+    calls = held(caught)
+    _flush.after_write(torch.device("cpu"), 64, "inline")
+    assert calls == ["asked", ("held", _flush.HOLD_NS) if caught else "sweep"]
+
+
+def test_a_forked_child_does_not_touch_the_parents_read_buffers():
+    import os
+
+    _flush.prepare(torch.device("cpu"))
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its buffers start empty (the parent's pinned signal is not mapped here)
+        os.write(write_end, b"1" if not _state.STATE.buffers and not _state.STATE.write_read_kernels else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read_end, 1) == b"1" and _state.STATE.buffers  # the parent keeps its own
 
 
 class Stream:
@@ -330,11 +427,11 @@ def test_a_hold_that_cannot_be_built_is_said_once_and_shown(monkeypatch):
     monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
     cuda = types.SimpleNamespace(device=torch.device("cuda", 0))  # stands in for a CUDA buffer
     with pytest.warns(RuntimeWarning) as caught:
-        assert _flush._build_held(cuda, None) is None
-        assert _flush._build_held(cuda, None) is None
+        assert _flush._build_held(cuda, None, STAND_IN_CALLS) is None
+        assert _flush._build_held(cuda, None, STAND_IN_CALLS) is None
     assert [str(w.message) for w in caught] == [
-        "cleanflush: the read kernel's hold could not be built on cuda:0 (RuntimeError: no %globaltimer); in "
-        "benchmarks that synchronize before each flush, host time after the read can show in the timing"
+        "cleanflush: the read kernel's hold could not be built on cuda:0 (RuntimeError: no %globaltimer); where "
+        "the GPU catches up with the host, host time after the read can show in the timing"
     ]
     row = {r.target: r for r in cleanflush.status()}["read kernel's hold on cuda:0"]
     assert not row.patched and "no %globaltimer" in row.detail and "more lines" not in row.detail
@@ -343,6 +440,8 @@ def test_a_hold_that_cannot_be_built_is_said_once_and_shown(monkeypatch):
 def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
     from cleanflush import _sweep
 
+    monkeypatch.setattr(_flush, "Calls", lambda: STAND_IN_CALLS)  # pinned memory needs CUDA
+
     def broken(*args, **kwargs):
         raise RuntimeError("PTX too new\nmore lines")
 
@@ -350,9 +449,9 @@ def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
     monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
     cuda = types.SimpleNamespace(device=torch.device("cuda", 0))  # stands in for a CUDA buffer
     with pytest.warns(RuntimeWarning, match="cleanflush_l2_sweep could not be built on cuda:") as caught:
-        assert _flush._build_sweep(cuda, None) is None
-        assert _flush._build_sweep(cuda, None) is None
-        assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cuda", 1)), None) is None
+        assert _flush._build_sweep(cuda, None) == (None, None)
+        assert _flush._build_sweep(cuda, None) == (None, None)
+        assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cuda", 1)), None) == (None, None)
     assert [str(w.message) for w in caught] == [
         f"cleanflush: the read kernel cleanflush_l2_sweep could not be built on cuda:{i} (RuntimeError: PTX too "
         "new); the read runs as torch's sum, which timers that pick kernels by name can mistake for the kernel "
@@ -361,7 +460,7 @@ def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
     ]
     row = {r.target: r for r in cleanflush.status()}["read kernel on cuda:0"]
     assert not row.patched and "RuntimeError: PTX too new" in row.detail and "more lines" not in row.detail
-    assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cpu")), None) is None  # CPU: the sum
+    assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cpu")), None) == (None, None)  # CPU: the sum
 
 
 class FakeKernel:
@@ -373,13 +472,14 @@ class FakeKernel:
     def __init__(self, takes, right=True):
         self.takes, self.right, self.launched = takes, right, []
 
-    def _sum(self, how, data, out, n):
+    def _sum(self, how, data, out, n, signal, call):
         self.launched.append(how)
         out += data[:n].sum() if self.right else -1.0
+        signal[1] = call
 
     def __getitem__(self, grid):
-        def jit(data, out, n, hold_ns, BLOCK, HOLD, num_warps):
-            self._sum("jit", data, out, n)
+        def jit(data, out, n, signal, call, hold_ns, BLOCK, HOLD, num_warps):
+            self._sum("jit", data, out, n, signal, call)
             return Compiled(self)
 
         return jit
@@ -393,26 +493,26 @@ class Compiled:
         def runner(*args):
             if len(args) != self.kernel.takes:
                 raise TypeError(f"expected {self.kernel.takes} arguments, got {len(args)}")
-            self.kernel._sum(f"direct/{len(args)}", *args[:3])
+            self.kernel._sum(f"direct/{len(args)}", *args[:5])
 
         return runner
 
 
-@pytest.mark.parametrize("takes, used", [(6, "direct/6"), (4, "direct/4"), (9, "jit")])
+@pytest.mark.parametrize("takes, used", [(8, "direct/8"), (6, "direct/6"), (9, "jit")])
 def test_the_sweep_launches_the_way_its_triton_takes(monkeypatch, takes, used):
     pytest.importorskip("triton")
     from cleanflush import _sweep
 
     kernel = FakeKernel(takes)
     monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", kernel)
-    buffer, sink = torch.zeros(4 * _sweep.BLOCK), torch.zeros(())
-    sweep = _sweep.build(buffer, sink, 2)
-    assert float(buffer.abs().sum()) == 0  # the check's ones are gone
+    buffer, sink, signal = torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), torch.zeros(2, dtype=torch.int64)
+    sweep = _sweep.build(buffer, sink, signal, 2)
+    assert float(buffer.abs().sum()) == 0 and signal.tolist() == [0, 0]  # the check's ones and mark are gone
     kernel.launched.clear()
     buffer[:10] = 3.0
     sink.zero_()
-    sweep(buffer[:8], sink)
-    assert kernel.launched == [used] and float(sink) == 24.0
+    sweep(buffer[:8], sink, 12)
+    assert kernel.launched == [used] and float(sink) == 24.0 and signal.tolist() == [0, 12]
 
 
 def test_a_sweep_that_never_sums_right_is_not_used(monkeypatch):
@@ -421,7 +521,7 @@ def test_a_sweep_that_never_sums_right_is_not_used(monkeypatch):
 
     monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", FakeKernel(6, right=False))
     with pytest.raises(RuntimeError, match=r"no launch of the read kernel summed right \(direct, direct wi"):
-        _sweep.build(torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), 2)
+        _sweep.build(torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), torch.zeros(2, dtype=torch.int64), 2)
 
 
 def test_l2_size_comes_from_the_cuda_device_properties(monkeypatch):
@@ -480,9 +580,10 @@ def test_the_sweep_is_built_for_the_buffer_and_its_device(monkeypatch):
     calls = []
     monkeypatch.setattr(_sweep, "programs_for", lambda device: calls.append(("programs", device)) or 7)
     monkeypatch.setattr(_sweep, "build", lambda *args: calls.append(("build", *args)) or "the sweep")
+    monkeypatch.setattr(_flush, "Calls", lambda: STAND_IN_CALLS)
     buffer = types.SimpleNamespace(device=torch.device("cuda", 3))
-    assert _flush._build_sweep(buffer, "sink") == "the sweep"
-    assert calls == [("programs", torch.device("cuda", 3)), ("build", buffer, "sink", 7)]
+    assert _flush._build_sweep(buffer, "sink") == ("the sweep", STAND_IN_CALLS)
+    assert calls == [("programs", torch.device("cuda", 3)), ("build", buffer, "sink", "signal", 7)]
 
 
 def test_a_long_build_error_is_cut_to_one_line_of_200(monkeypatch):
@@ -493,6 +594,7 @@ def test_a_long_build_error_is_cut_to_one_line_of_200(monkeypatch):
 
     monkeypatch.setattr(_sweep, "build", broken)
     monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
+    monkeypatch.setattr(_flush, "Calls", lambda: STAND_IN_CALLS)
     with pytest.warns(RuntimeWarning):
         _flush._build_sweep(types.SimpleNamespace(device=torch.device("cuda", 0)), None)
     assert cleanflush._state.STATE.sweep_unavailable["cuda:0"] == ("ValueError: " + "x" * 400)[:200]

@@ -13,10 +13,13 @@ Rules the code below keeps (measured on an H200, docs/policies.md):
   under test; torch's sum where that kernel cannot be built, and on CPU.
 * Write plus read cover at least the bytes of Triton's stock 256 MiB ``zero_``, so the GPU
   stays busy while the host queues the start event and the timed call; a shorter flush
-  lets launch latency into the timing.
+  lets launch latency into the timing.  Where the GPU has caught up with the host (it has
+  started the last read, or the stream is empty), the read holds the stream until the
+  host's next read call, ``HOLD_NS`` at most (``caught_up``, ``Calls``).
 * Capture-safe: one allocation per device, made before any capture where we can (see
   ``prepare``); each flush is two views and one reduction into a preallocated scalar.
-  No host sync, no host read.
+  No device sync, nothing copied back: the host asks two int64 of pinned memory that the
+  kernel writes through.
 * Never breaks a benchmark: on any surprise the stock write runs, a warning is given once,
   and the flush is counted as the write it was.
 * Works on CPU tensors as well, so CI can check the exact sequence of tensor operations.
@@ -24,6 +27,7 @@ Rules the code below keeps (measured on an H200, docs/policies.md):
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,10 +45,11 @@ T = TypeVar("T")
 MiB = 1 << 20
 READ_KERNEL = "cleanflush_l2_sweep"  # the read's kernel name on CUDA (_sweep), for name filters
 STOCK_FLUSH_BYTES = 256 * MiB  # Triton's zero_ buffer: the GPU-busy time a flush must keep
-# How long the read lasts at least when the flush found its stream empty (a benchmark that
-# synchronizes before each flush): its host then queues the start event and the timed call
-# while the GPU runs only the flush.  A 256 MiB read lasts ~60 us on an H200 and hid 20 us of
-# host time on top of a fast host's own; hosts differ by more (benchmarks/synced.py).
+# How long a read lasts at most when it holds the stream for its host (``caught_up``: the GPU
+# has caught up with the host, so the host queues the start event and the timed call while
+# the GPU runs only the flush).  It lets go at the host's next read call, which comes after
+# the timed call; this bound is what a benchmark that synchronizes before each flush waits,
+# and what a host slower than that still leaks (benchmarks/synced.py).
 HOLD_NS = 120_000
 
 
@@ -54,8 +59,33 @@ class ReadBuffer(NamedTuple):
     buffer: torch.Tensor  # float32, ``buffer_bytes(l2)`` long
     sink: torch.Tensor  # float32 scalar the sum goes to
     l2: int  # L2 bytes, 0 when the device reports none
-    sweep: Callable[[torch.Tensor, torch.Tensor], None] | None  # the named kernel; None: torch's sum
-    held: Callable[[torch.Tensor, torch.Tensor, int], None] | None  # the sweep lasting the time asked
+    sweep: Callable[[torch.Tensor, torch.Tensor, int], None] | None  # the named kernel; None: torch's sum
+    held: Callable[[torch.Tensor, torch.Tensor, int, int], None] | None  # the sweep holding the stream
+    calls: Calls | None  # the host's side of the kernel's signal; None where there is no kernel
+
+
+class Calls:
+    """Where the host and the read kernel are, told each other without a sync: two int64 in
+    pinned host memory that the kernel reads and writes over the bus.  [0]: the host's read
+    calls on the device so far (the host writes it: a held read lets go once it passes the
+    read's own call); [1]: the last call whose read the GPU has started (the kernel writes it)."""
+
+    def __init__(self, signal: torch.Tensor | None = None) -> None:
+        import torch
+
+        # pinned by default; any two int64 of host memory will do (tests use plain CPU memory)
+        self.signal = torch.zeros(2, dtype=torch.int64, pin_memory=True) if signal is None else signal
+        self._slots = (ctypes.c_int64 * 2).from_address(self.signal.data_ptr())
+
+    def next(self) -> int:
+        """Number a new read call, which lets the held read before it go."""
+        call: int = self._slots[0] + 1
+        self._slots[0] = call
+        return call
+
+    def caught_up(self) -> bool:
+        """Whether the GPU has started the read of the host's last call."""
+        return bool(self._slots[1] >= self._slots[0])
 
 
 class ReadUnavailable(RuntimeError):
@@ -105,22 +135,25 @@ def prepare(device: torch.device) -> ReadBuffer:
             with STATE.lock:
                 STATE.read_unavailable[str(device)] = f"the read buffer could not be allocated ({exc})"
             raise ReadUnavailable(STATE.read_unavailable[str(device)]) from exc
-        sweep = _build_sweep(buffer, sink)
-        held = _build_held(buffer, sink) if sweep is not None else None
-        entry = STATE.buffers[device] = ReadBuffer(buffer, sink, l2, sweep, held)
+        sweep, calls = _build_sweep(buffer, sink)
+        held = _build_held(buffer, sink, calls) if calls is not None else None
+        entry = STATE.buffers[device] = ReadBuffer(buffer, sink, l2, sweep, held, calls)
         return entry
 
 
-def _build_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
-    """The named read kernel for a CUDA buffer; None (torch's sum) on CPU, or, said once and
-    shown by status, where it cannot be built."""
+def _build_sweep(
+    buffer: torch.Tensor, sink: torch.Tensor
+) -> tuple[Callable[[torch.Tensor, torch.Tensor, int], None] | None, Calls | None]:
+    """The named read kernel for a CUDA buffer and its signal; (None, None) (torch's sum) on
+    CPU, or, said once and shown by status, where it cannot be built."""
     if buffer.device.type != "cuda":
-        return None
+        return None, None
     try:
         from . import _sweep
 
-        return _sweep.build(buffer, sink, _sweep.programs_for(buffer.device))
-    except Exception as exc:  # no triton, a compiler error, a wrong sum: torch's sum reads instead
+        calls = Calls()
+        return _sweep.build(buffer, sink, calls.signal, _sweep.programs_for(buffer.device)), calls
+    except Exception as exc:  # no triton, no pinned memory, a compiler error, a wrong sum: torch's sum reads instead
         _unbuilt(
             STATE.sweep_unavailable,
             "sweep",
@@ -130,24 +163,26 @@ def _build_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Te
             "the read runs as torch's sum, which timers that pick kernels by name can mistake for the kernel "
             "under test",
         )
-        return None
+        return None, None
 
 
-def _build_held(buffer: torch.Tensor, sink: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, int], None] | None:
+def _build_held(
+    buffer: torch.Tensor, sink: torch.Tensor, calls: Calls
+) -> Callable[[torch.Tensor, torch.Tensor, int, int], None] | None:
     """The read kernel with its hold, on a CUDA buffer; None, said once and shown by status,
-    where it cannot be built (reads on an empty stream then last as long as their bytes)."""
+    where it cannot be built (reads then last as long as their bytes)."""
     try:
         from . import _sweep
 
-        return _sweep.build_held(buffer, sink, _sweep.programs_for(buffer.device))
-    except Exception as exc:  # a compiler error, a GPU without %globaltimer: no hold
+        return _sweep.build_held(buffer, sink, calls.signal, _sweep.programs_for(buffer.device))
+    except Exception as exc:  # a compiler error, a GPU without %globaltimer, a signal it cannot see: no hold
         _unbuilt(
             STATE.hold_unavailable,
             "hold",
             "the read kernel's hold",
             buffer.device,
             exc,
-            "in benchmarks that synchronize before each flush, host time after the read can show in the timing",
+            "where the GPU catches up with the host, host time after the read can show in the timing",
         )
         return None
 
@@ -230,17 +265,38 @@ def read_region(choose: Region) -> Iterator[None]:
 
 def read(device: torch.device, nbytes: int, cache: Any = None, hold: bool = False) -> None:
     """Enqueue a float32 sum over ``nbytes`` of the read buffer on ``device``'s current stream:
-    one kernel, no allocation, no host sync; ``hold``: one that lasts at least ``HOLD_NS``."""
+    one kernel, no allocation, no host sync.  The call lets a held read before it go;
+    ``hold``: this one holds the stream until the next call, ``HOLD_NS`` at most."""
     import torch
 
     entry = prepare(device)
     data = _read_data(entry, nbytes, cache)
+    call = entry.calls.next() if entry.calls is not None else 0
     if hold and entry.held is not None:
-        entry.held(data, entry.sink, HOLD_NS)
+        entry.held(data, entry.sink, call, HOLD_NS)
     elif entry.sweep is not None:
-        entry.sweep(data, entry.sink)
+        entry.sweep(data, entry.sink, call)
     else:
         torch.sum(data, dim=0, out=entry.sink)
+
+
+def caught_up(device: torch.device) -> bool:
+    """Whether the GPU has caught up with this flush's host, so that the host queues the start
+    event and the timed call while the GPU runs only the flush: the stream is empty
+    (``found_idle``: a benchmark that synchronized), or the GPU has started the last read
+    (do_bench on a host slower per call than the GPU: at most the last timed call is still
+    queued).  False on CPU and during graph capture."""
+    if found_idle(device):
+        return True
+    entry: ReadBuffer | None = STATE.buffers.get(device)
+    if entry is None or entry.calls is None:
+        return False
+    import torch
+
+    try:
+        return not torch.cuda.is_current_stream_capturing() and entry.calls.caught_up()
+    except Exception:  # a device that went away: the flush as it was
+        return False
 
 
 def found_idle(device: torch.device) -> bool:
@@ -323,7 +379,7 @@ def around(write: Callable[[], Any], device: torch.device, written: int, label: 
         result = write()
         count_flush(label, "write")
         return result
-    hold = found_idle(device)  # before the write, which fills the stream
+    hold = caught_up(device)  # before the write, which fills the stream
     result = write() if policy == "write-read" else None
     if _read_after(device, written if policy == "write-read" else 0, label, cache, hold):
         count_flush(label, policy)
@@ -340,7 +396,7 @@ def after_write(device: torch.device, written: int | None, label: str) -> None:
     ``written`` is the size of that write, ``None`` for one L2.  The write cannot be
     skipped, so the ``read`` policy runs as ``write-read`` here and is counted so.
     """
-    if current_policy() == "write" or not _read_after(device, written, label):
+    if current_policy() == "write" or not _read_after(device, written, label, hold=caught_up(device)):
         count_flush(label, "write")
     else:
         count_flush(label, "write-read")

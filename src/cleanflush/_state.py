@@ -135,6 +135,10 @@ def _after_fork_in_child() -> None:
     STATE.buffer_lock = threading.Lock()
     STATE.env_lock = threading.Lock()
     STATE.empty_lock = threading.Lock()
+    # The parent's read buffers are CUDA memory the child cannot use, and their signal is
+    # pinned host memory the child does not have (touching it would crash, not raise).
+    STATE.buffers = {}
+    STATE.write_read_kernels = {}
     # The child reports its own flushes, not the parent's again.
     STATE.pid = os.getpid()
     STATE.flushes = Counter()

@@ -25,7 +25,7 @@ BLOCK = 4096  # float32 elements per program and step: 16 KiB, 128-bit loads
 WARPS = 8
 PROGRAMS_PER_SM = 4  # enough loads in flight to stream HBM at full rate
 
-Sweep = Callable[[torch.Tensor, torch.Tensor], None]
+Sweep = Callable[[torch.Tensor, torch.Tensor, int], None]  # (data, sink, call)
 L = TypeVar("L", bound=Callable[..., None])
 
 
@@ -34,14 +34,20 @@ def _nanoseconds():  # type: ignore[no-untyped-def]
     return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
 
-# ``n`` changes with the bytes written before the read, ``hold_ns`` never does in one process:
-# neither is a new specialisation.
-@triton.jit(do_not_specialize=["n", "hold_ns"])  # type: ignore[untyped-decorator]
-def cleanflush_l2_sweep(src, sink, n, hold_ns, BLOCK: tl.constexpr, HOLD: tl.constexpr):  # type: ignore[no-untyped-def]
+# ``n`` changes with the bytes written before the read and ``call`` with every flush: neither
+# is a new specialisation (nor is ``hold_ns``, fixed in one process).
+@triton.jit(do_not_specialize=["n", "call", "hold_ns"])  # type: ignore[untyped-decorator]
+def cleanflush_l2_sweep(src, sink, n, signal, call, hold_ns, BLOCK: tl.constexpr, HOLD: tl.constexpr):  # type: ignore[no-untyped-def]
     # Each program strides over the buffer and adds its partial sum to one scalar: every
-    # line is loaded, and nothing but that scalar is written.
+    # line is loaded, and nothing but that scalar (and the signal) is written.
+    # ``signal``: two int64 in pinned host memory.  [0]: the host's read calls so far (the host
+    # writes it); [1]: the last call whose read the GPU has started (written here, through to
+    # the host, which asks it without a sync whether the GPU has caught up with it).
     if HOLD:  # the clock is read only where it is asked for (Triton's interpreter has none)
         began = _nanoseconds()
+    first = tl.program_id(0) == 0
+    if first:
+        tl.store(signal + 1, call, cache_modifier=".wt")
     start = tl.program_id(0) * BLOCK
     step = tl.num_programs(0) * BLOCK
     acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -49,12 +55,17 @@ def cleanflush_l2_sweep(src, sink, n, hold_ns, BLOCK: tl.constexpr, HOLD: tl.con
         index = offset + tl.arange(0, BLOCK)
         acc += tl.load(src + index, mask=index < n, other=0.0)
     tl.atomic_add(sink, tl.sum(acc, axis=0))
-    if HOLD:
-        # the stream stays busy until hold_ns after the start (every program is resident
-        # at once, so they start together); it ends at that time, so it cannot hang
-        now = began
-        while now - began < hold_ns:
-            now = _nanoseconds()
+    if HOLD:  # noqa: SIM102 (a constexpr test, folded at compile time, around a runtime one)
+        # one program keeps the stream busy until the host makes its next read call (by then
+        # it has queued the timed call after this read), or hold_ns after the start, so it
+        # cannot hang where no call comes (a benchmark that synchronizes, the loop's end)
+        if first:
+            now = began
+            # .cv: fetched from host memory each time, never from a cached copy of that line
+            calls = tl.load(signal, cache_modifier=".cv", volatile=True)
+            while (now - began < hold_ns) & (calls <= call):
+                calls = tl.load(signal, cache_modifier=".cv", volatile=True)
+                now = _nanoseconds()
 
 
 MAX_SPINS = 1 << 16  # a bound on the wait for the other programs: never a hang
@@ -92,7 +103,7 @@ def cleanflush_l2_write_read(dst, n_zero, src, n_read, sink, arrived, BLOCK: tl.
 
 
 WriteRead = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
-HeldSweep = Callable[[torch.Tensor, torch.Tensor, int], None]
+HeldSweep = Callable[[torch.Tensor, torch.Tensor, int, int], None]  # (data, sink, call, hold_ns)
 
 
 def build_write_read(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> WriteRead:
@@ -132,16 +143,18 @@ def programs_for(device: torch.device) -> int:
     return int(torch.cuda.get_device_properties(device).multi_processor_count) * PROGRAMS_PER_SM
 
 
-def build(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> Sweep:
-    """``sweep(data, sink)`` over ``programs`` programs, compiled now and checked once on
+def build(buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, programs: int) -> Sweep:
+    """``sweep(data, sink, call)`` over ``programs`` programs, compiled now and checked once on
     ``buffer`` (a sync and a host read: this runs when the read buffer is made, never in a
-    timed loop or a capture); raises when no launch gives the right sum (the caller keeps
-    torch's sum)."""
+    timed loop or a capture); each launch writes its ``call`` to ``signal[1]`` as it starts.
+    Raises when no launch sums right and writes that mark (the caller keeps torch's sum)."""
     if _elsewhere(buffer.device.index):
         with torch.cuda.device(buffer.device.index):
-            return build(buffer, sink, programs)
+            return build(buffer, sink, signal, programs)
     grid = (programs, 1, 1)  # fixed: programs past the end add 0, and one launcher serves all
-    compiled = cleanflush_l2_sweep[grid](buffer, sink, buffer.numel(), 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS)
+    compiled = cleanflush_l2_sweep[grid](
+        buffer, sink, buffer.numel(), signal, 0, 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS
+    )
     runner = compiled[grid] if hasattr(compiled, "__getitem__") else None  # None: Triton's interpreter
     # Launching the compiled kernel directly costs the host ~9 us less than the JIT's own
     # launch (11.6 against 20.8 us on an H200 host).  The host must queue the flush, the start
@@ -150,71 +163,96 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, programs: int) -> Sweep:
     # Triton versions (constexprs included from 3.3), so each form is checked by its sum.
     launches: dict[str, Sweep] = {}
     if runner is not None:
-        launches["direct"] = lambda data, out: runner(data, out, data.numel(), 0, BLOCK, False)
-        launches["direct without constexprs"] = lambda data, out: runner(data, out, data.numel(), 0)
-    launches["jit"] = lambda data, out: cleanflush_l2_sweep[grid](
-        data, out, data.numel(), 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS
+        launches["direct"] = lambda data, out, call: runner(data, out, data.numel(), signal, call, 0, BLOCK, False)
+        launches["direct without constexprs"] = lambda data, out, call: runner(data, out, data.numel(), signal, call, 0)
+    launches["jit"] = lambda data, out, call: cleanflush_l2_sweep[grid](
+        data, out, data.numel(), signal, call, 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS
     )
     failures = []
     for name, launch in launches.items():
-        if _sums_right(launch, buffer, sink):
+        if _sums_right(launch, buffer, sink, signal):
             return _on_device_of(buffer.device.index, launch)
         failures.append(name)
     raise RuntimeError(f"no launch of the read kernel summed right ({', '.join(failures)})")
 
 
-def _sums_right(launch: Sweep, buffer: torch.Tensor, sink: torch.Tensor) -> bool:
+CHECK_CALL = 7  # the call number the build checks launch with (any but 0)
+
+
+def _sums_right(launch: Sweep, buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor) -> bool:
     probe = buffer[: 3 * BLOCK + 5]
     try:
         probe.fill_(1.0)
         sink.zero_()
-        launch(probe, sink)
-        return float(sink) == probe.numel()  # synchronizes
+        signal.zero_()
+        launch(probe, sink, CHECK_CALL)
+        return float(sink) == probe.numel() and int(signal[1]) == CHECK_CALL  # float() synchronizes
     except Exception:  # a launch form this triton does not take: try the next one
         return False
     finally:
         probe.zero_()
+        signal.zero_()
 
 
-def build_held(buffer: torch.Tensor, sink: torch.Tensor, programs: int, check_ns: int = 20_000) -> HeldSweep:
-    """``held(data, sink, ns)``: the sweep, lasting at least ``ns`` nanoseconds on the GPU
-    (the same kernel, its hold compiled in); compiled now and checked once to sum right and
-    last ``check_ns`` (a sync, on a CUDA ``buffer``); raises where no launch does."""
+def build_held(
+    buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, programs: int, check_ns: int = 100_000
+) -> HeldSweep:
+    """``held(data, sink, call, ns)``: the sweep, lasting until the host's next read call
+    (``signal[0]`` past ``call``), ``ns`` nanoseconds at most (the same kernel, its hold
+    compiled in); compiled now and checked once to sum right, to last ``check_ns`` where no
+    call comes and to end early where one has (syncs, on a CUDA ``buffer``); raises where no
+    launch does."""
     if _elsewhere(buffer.device.index):
         with torch.cuda.device(buffer.device.index):
-            return build_held(buffer, sink, programs, check_ns)
+            return build_held(buffer, sink, signal, programs, check_ns)
     grid = (programs, 1, 1)
-    compiled = cleanflush_l2_sweep[grid](buffer, sink, 0, 0, BLOCK=BLOCK, HOLD=True, num_warps=WARPS)
+    compiled = cleanflush_l2_sweep[grid](buffer, sink, 0, signal, 0, 0, BLOCK=BLOCK, HOLD=True, num_warps=WARPS)
     runner = compiled[grid] if hasattr(compiled, "__getitem__") else None
     launches: dict[str, HeldSweep] = {}
     if runner is not None:  # as for the sweep: the direct launch costs the host less
-        launches["direct"] = lambda data, out, ns: runner(data, out, data.numel(), ns, BLOCK, True)
-        launches["direct without constexprs"] = lambda data, out, ns: runner(data, out, data.numel(), ns)
-    launches["jit"] = lambda data, out, ns: cleanflush_l2_sweep[grid](
-        data, out, data.numel(), ns, BLOCK=BLOCK, HOLD=True, num_warps=WARPS
+        launches["direct"] = lambda data, out, call, ns: runner(data, out, data.numel(), signal, call, ns, BLOCK, True)
+        launches["direct without constexprs"] = lambda data, out, call, ns: runner(
+            data, out, data.numel(), signal, call, ns
+        )
+    launches["jit"] = lambda data, out, call, ns: cleanflush_l2_sweep[grid](
+        data, out, data.numel(), signal, call, ns, BLOCK=BLOCK, HOLD=True, num_warps=WARPS
     )
     for launch in launches.values():
-        if _holds_right(launch, buffer, sink, check_ns):
+        if _holds_right(launch, buffer, sink, signal, check_ns):
             return _on_device_of(buffer.device.index, launch)
-    raise RuntimeError(f"no launch of the read kernel held the stream {check_ns} ns and summed right")
+    raise RuntimeError(
+        f"no launch of the read kernel summed right, held the stream {check_ns} ns and let go at the next call"
+    )
 
 
-def _holds_right(launch: HeldSweep, buffer: torch.Tensor, sink: torch.Tensor, ns: int) -> bool:
+def _held_ns(launch: HeldSweep, probe: torch.Tensor, sink: torch.Tensor, ns: int) -> float | None:
+    """How long one held launch of call ``CHECK_CALL`` kept the stream; None where its sum
+    was wrong."""
+    sink.zero_()
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    start.record()
+    launch(probe, sink, CHECK_CALL, ns)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e6 if float(sink) == probe.numel() else None
+
+
+def _holds_right(launch: HeldSweep, buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, ns: int) -> bool:
     probe = buffer[: 3 * BLOCK + 5]
     try:
         probe.fill_(1.0)
-        sink.zero_()
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()
-        launch(probe, sink, ns)
-        end.record()
-        end.synchronize()
-        return float(sink) == probe.numel() and start.elapsed_time(end) * 1e6 >= ns
+        signal[0] = CHECK_CALL  # no call after this one: the hold runs its course
+        waited = _held_ns(launch, probe, sink, ns)
+        signal[0] = CHECK_CALL + 1  # the host has called again: no hold
+        released = _held_ns(launch, probe, sink, ns)
+        # both spans include the launch's own latency (the stream was empty when timing began)
+        return waited is not None and released is not None and waited >= ns and released <= waited - ns / 2
     except Exception:  # a launch form this triton does not take, or no clock: the next one
         return False
     finally:
         probe.zero_()
+        signal.zero_()
 
 
 def _elsewhere(index: int | None) -> bool:

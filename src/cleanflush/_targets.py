@@ -208,7 +208,8 @@ def flush_rows() -> list[TargetStatus]:
         (
             STATE.hold_unavailable,
             "read kernel's hold",
-            "the hold could not be built ({reason}): reads on an empty stream last as long as their bytes",
+            "the hold could not be built ({reason}): reads last as long as their bytes, also where the GPU "
+            "has caught up with the host",
         ),
     )
     found = [

@@ -135,22 +135,33 @@ def test_the_cute_dsl_memset_reads_on_its_stream():
     assert cleanflush.flush_counts() == {("cute-dsl", "write-read"): 1}
 
 
-def test_a_read_on_an_empty_stream_lasts_the_hold_and_one_behind_work_its_bytes():
+def test_a_read_holds_the_stream_until_the_next_call_and_only_where_the_gpu_caught_up():
     cache = torch.empty((64 << 20,), dtype=torch.int32, device="cuda")  # 256 MiB, as Triton's
     flushing = _flush.flushing_tensor(cache, "hold")
-    ahead = torch.empty((256 << 20,), dtype=torch.float32, device="cuda")  # 1 GiB of queued work
+    # 20 ms of queued GPU work that touches no memory: the host makes its calls long before
+    # the GPU reaches them, however slow it is under the profiler
+    ahead_cycles = 20 * torch.cuda.get_device_properties(0).clock_rate  # kHz x ms
+
+    def reads_us(call):
+        ran, _ = kernels(call)  # kernels() synchronizes first: the stream is empty
+        return [end - start for name, start, end in ran if name == READ_KERNEL]
 
     def behind_work():
-        ahead.fill_(1.0)
+        torch.cuda._sleep(ahead_cycles)
         flushing.zero_()
 
-    def read_us(call):
-        ran, _ = kernels(call)  # kernels() synchronizes first: the stream is empty
-        (span,) = [end - start for name, start, end in ran if name == READ_KERNEL]
-        return span
+    def behind_work_twice():
+        behind_work()
+        flushing.zero_()
 
+    hold_us = _flush.HOLD_NS / 1e3
     for policy in ("write-read", "read"):
         with cleanflush.policy(policy):
-            assert read_us(flushing.zero_) >= _flush.HOLD_NS / 1e3
-            assert read_us(behind_work) < _flush.HOLD_NS / 1e3 / 1.5  # 2 x L2 or 256 MiB: 30-60 us
+            # on an empty stream, with no call after it before the sync: the whole hold
+            assert reads_us(flushing.zero_)[0] >= hold_us
+            # behind work, the GPU having run the last read: caught up, so it holds too
+            assert reads_us(behind_work)[0] >= hold_us
+            # a second call before the GPU reaches the first read: the first is let go by it,
+            # and the second does not hold (the GPU had not caught up when it was called)
+            assert max(reads_us(behind_work_twice)) < hold_us / 1.5  # 2 x L2 or 256 MiB: 30-60 us
     assert not [row for row in cleanflush.status() if "hold" in row.target]
