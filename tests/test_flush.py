@@ -465,17 +465,19 @@ def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
 
 class FakeKernel:
     """Stands in for the Triton kernel: ``kernel[grid](...)`` (the JIT launch) sums with
-    torch and returns a compiled kernel whose direct runner takes ``takes`` arguments
-    (Triton 3.3+ passes the constexprs too, older versions do not; other lists raise).
-    ``right=False``: every launch writes a wrong sum."""
+    torch, marks its call in the signal, and returns a compiled kernel whose direct runner
+    takes ``takes`` arguments (Triton 3.3+ passes the constexprs too, older versions do not;
+    other lists raise).  ``right=False``: every launch writes a wrong sum; ``marks=False``:
+    none writes its mark (a GPU that cannot see the signal)."""
 
-    def __init__(self, takes, right=True):
-        self.takes, self.right, self.launched = takes, right, []
+    def __init__(self, takes, right=True, marks=True):
+        self.takes, self.right, self.marks, self.launched = takes, right, marks, []
 
     def _sum(self, how, data, out, n, signal, call):
         self.launched.append(how)
         out += data[:n].sum() if self.right else -1.0
-        signal[1] = call
+        if self.marks:
+            signal[1] = call
 
     def __getitem__(self, grid):
         def jit(data, out, n, signal, call, hold_ns, BLOCK, HOLD, num_warps):
@@ -515,13 +517,42 @@ def test_the_sweep_launches_the_way_its_triton_takes(monkeypatch, takes, used):
     assert kernel.launched == [used] and float(sink) == 24.0 and signal.tolist() == [0, 12]
 
 
-def test_a_sweep_that_never_sums_right_is_not_used(monkeypatch):
+@pytest.mark.parametrize("kernel", [FakeKernel(6, right=False), FakeKernel(6, marks=False)], ids=["sum", "mark"])
+def test_a_sweep_that_never_sums_right_or_never_marks_its_call_is_not_used(monkeypatch, kernel):
     pytest.importorskip("triton")
     from cleanflush import _sweep
 
-    monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", FakeKernel(6, right=False))
+    monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", kernel)
     with pytest.raises(RuntimeError, match=r"no launch of the read kernel summed right \(direct, direct wi"):
         _sweep.build(torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), torch.zeros(2, dtype=torch.int64), 2)
+
+
+@pytest.mark.parametrize(
+    "waited, released, used",
+    [
+        (140_000, 40_000, True),  # held its bound, let go by the call (both with ~40 us of launch latency)
+        (140_000, 135_000, False),  # never let go: the kernel cannot see the host's count
+        (60_000, 20_000, False),  # no hold at all (no clock)
+        (None, 20_000, False),  # a wrong sum
+        (140_000, None, False),
+    ],
+)
+def test_a_hold_is_used_only_where_it_holds_its_bound_and_a_call_lets_it_go(monkeypatch, waited, released, used):
+    pytest.importorskip("triton")
+    from cleanflush import _sweep
+
+    spans, counts = [waited, released], []
+
+    def held_ns(launch, probe, sink, ns):
+        counts.append(int(signal[0]))  # what the host's count was at each launch
+        return spans[len(counts) - 1]
+
+    monkeypatch.setattr(_sweep, "_held_ns", held_ns)
+    signal = torch.zeros(2, dtype=torch.int64)
+    buffer = torch.zeros(4 * _sweep.BLOCK)
+    assert _sweep._holds_right(None, buffer, torch.zeros(()), signal, 100_000) is used
+    assert counts == [_sweep.CHECK_CALL, _sweep.CHECK_CALL + 1]  # first no call after it, then one
+    assert signal.tolist() == [0, 0] and float(buffer.abs().sum()) == 0  # left as found
 
 
 def test_l2_size_comes_from_the_cuda_device_properties(monkeypatch):
