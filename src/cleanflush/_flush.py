@@ -285,16 +285,15 @@ def caught_up(device: torch.device) -> bool:
     event and the timed call while the GPU runs only the flush: the stream is empty
     (``found_idle``: a benchmark that synchronized), or the GPU has started the last read
     (do_bench on a host slower per call than the GPU: at most the last timed call is still
-    queued).  False on CPU and during graph capture."""
-    if found_idle(device):
-        return True
+    queued).  False on CPU and during graph capture.  The pinned mark is asked first: where it
+    answers, no stream query and one capture query, on the host's way to the timed call."""
     entry: ReadBuffer | None = STATE.buffers.get(device)
-    if entry is None or entry.calls is None:
-        return False
+    if entry is None or entry.calls is None or not entry.calls.caught_up():
+        return found_idle(device)
     import torch
 
     try:
-        return not torch.cuda.is_current_stream_capturing() and entry.calls.caught_up()
+        return not torch.cuda.is_current_stream_capturing()  # a captured call number is stale at replay
     except Exception:  # a device that went away: the flush as it was
         return False
 
