@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .common import RESULTS, progress
 
-STUDIES = ("writeback", "methods", "cost", "latency", "synced", "autotune", "budget", "verdicts")
+STUDIES = ("writeback", "methods", "cost", "latency", "synced", "autotune", "budget", "verdicts", "residual")
 
 
 def _shapes(text: str) -> list[tuple[int, int]]:

@@ -299,10 +299,28 @@ def uninstalled() -> Iterator[None]:
         cleanflush.install()
 
 
+WHOLE_WRITE = "write-read (whole write)"
+
+
+@contextlib.contextmanager
+def whole_write() -> Iterator[None]:
+    """write-read as it ran before cleanflush shrank the writes it owns: the whole stock
+    write, then 2 x L2 read.  A chosen read region turns the shrink off (``_flush.owned_head``);
+    this one reads what the flush would have read."""
+    import cleanflush
+    from cleanflush import _flush
+
+    with cleanflush.policy("write-read"), _flush.read_region(lambda cache, region, l2: region):
+        yield
+
+
 def flushing(name: str) -> contextlib.AbstractContextManager[Any]:
-    """The flush a block runs under: ``"stock"`` (cleanflush uninstalled) or a policy."""
+    """The flush a block runs under: ``"stock"`` (cleanflush uninstalled), a policy, or
+    ``WHOLE_WRITE``."""
     import cleanflush
 
+    if name == WHOLE_WRITE:
+        return whole_write()
     return uninstalled() if name == "stock" else cleanflush.policy(name)
 
 

@@ -116,7 +116,8 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
     MiB = 1 << 20
     device = torch.device("cuda", torch.cuda.current_device())
     zbuf = torch.empty(256 * MiB // 4, dtype=torch.int32, device=device)
-    rbuf, sink, l2, _ = _flush.prepare(device)
+    entry = _flush.prepare(device)
+    rbuf, sink, l2 = entry.buffer, entry.sink, entry.l2
     idle_cycles = int(20 * spin_cycles_per_us())  # ~20 us
 
     def read(nbytes: int) -> None:

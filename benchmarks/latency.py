@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us
+from .common import WHOLE_WRITE, Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us
 
 ROUNDS = 3
 ITERS = 300
@@ -57,7 +57,7 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
 
     # name -> (context the loop runs in, flush); the stock rows run with cleanflush uninstalled
     flushes: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
-        name: (functools.partial(flushing, name), clear_cache) for name in ("stock", *cleanflush.POLICIES)
+        name: (functools.partial(flushing, name), clear_cache) for name in ("stock", *cleanflush.POLICIES, WHOLE_WRITE)
     }
     flushes["control: read 2 x L2 only"] = (contextlib.nullcontext, lambda: _flush.read(device, 2 * l2))
     flushes["control: stock, then synchronize"] = (contextlib.nullcontext, stock_then_sync)

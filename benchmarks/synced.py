@@ -19,7 +19,9 @@ a GPU that has caught up.  The ``do_bench`` rows time the GEMM with triton's ``d
 host before launching it, under the stock flush and the clean policies: with the hold as it
 is (held wherever the GPU has caught up with the host, let go at the next read call), with
 0.1.0's hold (only on an empty stream, always the whole ``HOLD_NS``: emulated here by giving
-the kernel call numbers the host never passes), and without a hold.
+the kernel call numbers the host never passes), and without a hold.  do_bench's flush is
+Triton's ``clear_cache``, whose write cleanflush owns: its ``write-read`` writes L2 / 8 of the
+cache; ``write-read (whole write)`` is the same flush after the whole stock write, as before.
 
 ``hidden_us``: the largest X up to which every central mean stays within 5% of the one at
 X = 0.  Two shapes: the write-up's 4096 x 4096 and a 2048 x 2048 one-row GEMM (a 9 us
@@ -36,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import Results, central_mean, progress
+from .common import WHOLE_WRITE, Results, central_mean, progress, whole_write
 
 ROUNDS = 2
 ITERS = 150
@@ -134,7 +136,7 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
         flushes[f"{name}, no hold"] = (lambda name=name: policy(name, "no hold"), clean)
 
     # do_bench's own flush, through cleanflush's patch: the stock write, or a clean policy
-    queued_policies: dict[str, Callable[[], Any]] = {"stock": lambda: policy("write")}
+    queued_policies: dict[str, Callable[[], Any]] = {"stock": lambda: policy("write"), WHOLE_WRITE: whole_write}
     for name in ("read", "write-read"):
         for hold in ("hold", "0.1.0 hold", "no hold"):
             label = name if hold == "hold" else f"{name}, {hold}"

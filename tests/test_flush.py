@@ -124,6 +124,103 @@ def test_a_large_l2_gets_a_buffer_of_twice_its_size(fake_l2):
     assert rec.ops[-1][1][0].numel() * 4 == 2 * l2
 
 
+# Where cleanflush owns the write: an eighth of the L2 written, 2 x L2 read, the hold keeps the GPU busy
+
+
+@pytest.fixture
+def holding(monkeypatch, fake_l2):
+    """A CPU read buffer for an L2 of 1 MiB whose read can hold the stream, as on a GPU: its
+    two kernels are stand-ins that record how many bytes each read covers.  Returns that list."""
+    fake_l2(MiB)
+    device = torch.device("cpu")
+    reads = []
+    entry = _flush.prepare(device)._replace(
+        sweep=lambda data, out, call: reads.append(data.numel() * 4),
+        held=lambda data, out, call, ns: reads.append(data.numel() * 4),
+    )
+    monkeypatch.setitem(_state.STATE.buffers, device, entry)
+    return reads
+
+
+def owned_flush(cache, policy="write-read"):
+    """A flush of ``cache`` as Triton's clear_cache runs it: its stock zero_, and the same
+    write on a head of the cache where cleanflush owns the write."""
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        _flush.flush(cache, cache.zero_, "test", lambda head: head.zero_())
+    return rec
+
+
+def test_an_owned_write_covers_an_eighth_of_the_l2_and_the_read_two_l2(holding):
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    rec = owned_flush(cache)
+    written = MiB // 8 // 4  # int32 elements in an eighth of the 1 MiB L2
+    [(name, (head,), _)] = rec.ops
+    assert name == "zero_" and head.data_ptr() == cache.data_ptr() and head.numel() == written
+    assert not cache[:written].any() and bool((cache[written:] == 7).all())  # the rest untouched
+    assert holding == [2 * MiB]  # 2 x L2: the hold, not the bytes, keeps the GPU busy
+    assert cleanflush.flush_counts() == {("test", "write-read"): 1}
+
+
+@pytest.mark.parametrize("l2_mib, written", [(40, 5 * MiB), (50, 6.25 * MiB), (60, 7.5 * MiB)])
+def test_the_owned_write_follows_the_l2(l2_mib, written):
+    assert _flush.owned_write_bytes(l2_mib * MiB) == written  # A100, H100, H200
+
+
+def test_without_a_hold_the_whole_stock_write_runs_and_the_read_tops_it_up(fake_l2):
+    fake_l2(MiB)  # a CPU buffer has no kernel, so no hold: only bytes keep the GPU busy
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    rec = owned_flush(cache)
+    assert rec.names == ["zero_", "sum"] and rec.ops[0][1][0] is cache and not cache.any()
+    assert rec.ops[1][1][0].numel() * 4 == 252 * MiB  # the rest of the stock 256 MiB
+
+
+def test_a_chosen_read_region_follows_the_whole_stock_write(holding):
+    # verify --controls breaks the read after the stock write, where a broken read does the most harm
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    with _flush.read_region(lambda cache, region, l2: region[: l2 // 2 // 4]):
+        rec = owned_flush(cache)
+    assert rec.ops[0][1][0] is cache and not cache.any()
+    assert holding == [MiB // 2]
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        torch.full((4 * MiB // 4, 2), 7, dtype=torch.int32)[:, 0],  # not contiguous: a head is no one block
+        torch.full((MiB // 8 // 4,), 7, dtype=torch.int32),  # no larger than the head
+    ],
+)
+def test_a_cache_with_no_proper_head_is_written_whole(holding, cache):
+    rec = owned_flush(cache)
+    assert rec.ops[0][1][0] is cache and not cache.any()
+
+
+def test_the_read_policy_still_reads_the_stock_bytes_and_writes_nothing(holding):
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    rec = owned_flush(cache, "read")
+    assert rec.names == [] and bool((cache == 7).all()) and holding == [256 * MiB]
+
+
+def test_a_write_the_harness_owns_is_whole_and_the_read_two_l2(holding):
+    # Inductor's inline write (after_write) and every flush without write_head: all of it
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    with cleanflush.policy("write-read"):
+        _flush.flush(cache, cache.zero_, "test")
+        _flush.after_write(torch.device("cpu"), 256 * MiB, "inline")
+    assert not cache.any() and holding == [252 * MiB, 2 * MiB]
+
+
+@pytest.mark.parametrize("write, args, value", [("zero_", (), 0), ("random_", (5, 6), 5)])
+def test_a_handed_out_cache_tensor_writes_its_head(holding, write, args, value):
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    flushing = _flush.flushing_tensor(cache, "test", write=write)
+    with cleanflush.policy("write-read"):
+        getattr(flushing, write)(*args)
+    written = MiB // 8 // 4
+    assert bool((cache[:written] == value).all()) and bool((cache[written:] == 7).all())
+    assert holding == [2 * MiB]
+
+
 @pytest.mark.parametrize("policy, counted", [("write-read", "write-read"), ("read", "write-read"), ("write", "write")])
 def test_after_write_reads_one_l2_or_what_was_written(fake_l2, policy, counted):
     # Inductor's inline write: None means one L2 of it (InductorBenchmarker's buffer)
@@ -430,8 +527,9 @@ def test_a_hold_that_cannot_be_built_is_said_once_and_shown(monkeypatch):
         assert _flush._build_held(cuda, None, STAND_IN_CALLS) is None
         assert _flush._build_held(cuda, None, STAND_IN_CALLS) is None
     assert [str(w.message) for w in caught] == [
-        "cleanflush: the read kernel's hold could not be built on cuda:0 (RuntimeError: no %globaltimer); where "
-        "the GPU catches up with the host, host time after the read can show in the timing"
+        "cleanflush: the read kernel's hold could not be built on cuda:0 (RuntimeError: no %globaltimer); "
+        "write-read writes the whole cache, and where the GPU catches up with the host, host time after the read "
+        "can show in the timing"
     ]
     row = {r.target: r for r in cleanflush.status()}["read kernel's hold on cuda:0"]
     assert not row.patched and "no %globaltimer" in row.detail and "more lines" not in row.detail

@@ -76,6 +76,23 @@ def test_patched_clear_cache_runs_the_policy(backend, policy, expected):
     assert cleanflush.flush_counts() == {("triton", policy): 1}
 
 
+def test_clear_cache_zeroes_a_head_of_the_cache_where_the_read_holds(monkeypatch):
+    # on a GPU the read kernel holds the stream; here its stand-ins say it can
+    monkeypatch.setattr(_flush, "l2_bytes", lambda device: 1 << 20)
+    _flush.release()
+    device = torch.device("cpu")
+    entry = _flush.prepare(device)._replace(sweep=lambda *args: None, held=lambda *args: None)
+    monkeypatch.setitem(_state.STATE.buffers, device, entry)
+    driver = bare_driver(registry_drivers()["nvidia"])
+    cache = torch.full((1 << 20,), 5, dtype=torch.int32)
+    with OpRecorder() as rec:
+        driver.clear_cache(cache)
+    [(name, (head,), _)] = rec.ops  # the stock clear_cache, handed a view of the cache's first lines
+    assert name == "zero_" and head.data_ptr() == cache.data_ptr() and head.numel() == (1 << 20) // 8 // 4
+    assert not cache[: head.numel()].any() and bool((cache[head.numel() :] == 5).all())
+    assert cleanflush.flush_counts() == {("triton", "write-read"): 1}
+
+
 def test_uninstall_restores_exact_objects_and_install_is_idempotent():
     cleanflush.install()
     wrapped = stock_functions()

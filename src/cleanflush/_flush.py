@@ -11,11 +11,16 @@ Rules the code below keeps (measured on an H200, docs/policies.md):
   zeroed keeps them dirty.  On CUDA the sum is a kernel named ``cleanflush_l2_sweep``
   (``_sweep``), so that timers which pick kernels by name never take it for the kernel
   under test; torch's sum where that kernel cannot be built, and on CPU.
-* Write plus read cover at least the bytes of Triton's stock 256 MiB ``zero_``, so the GPU
-  stays busy while the host queues the start event and the timed call; a shorter flush
-  lets launch latency into the timing.  Where the GPU has caught up with the host (it has
-  started the last read, or the stream is empty), the read holds the stream until the
-  host's next read call, ``HOLD_NS`` at most (``caught_up``, ``Calls``).
+* Where cleanflush owns the write (Triton's ``clear_cache``, the cache tensors it hands
+  out) and the read can hold the stream, write-read writes only the cache's first
+  ``owned_write_bytes``: a write that streams to DRAM leaves the next large kernel a few
+  percent slower for longer than a read of 2 x L2 lasts, and a small one does not
+  (benchmarks/residual.py).  Everywhere else write plus read cover at least the bytes of
+  Triton's stock 256 MiB ``zero_``, so the GPU stays busy while the host queues the start
+  event and the timed call; a shorter flush lets launch latency into the timing.  Where the
+  GPU has caught up with the host (it has started the last read, or the stream is empty),
+  the read holds the stream until the host's next read call, ``HOLD_NS`` at most
+  (``caught_up``, ``Calls``).
 * Capture-safe: one allocation per device, made before any capture where we can (see
   ``prepare``); each flush is two views and one reduction into a preallocated scalar.
   No device sync, nothing copied back: the host asks two int64 of pinned memory that the
@@ -51,6 +56,9 @@ STOCK_FLUSH_BYTES = 256 * MiB  # Triton's zero_ buffer: the GPU-busy time a flus
 # the timed call; this bound is what a benchmark that synchronizes before each flush waits,
 # and what a host slower than that still leaks (benchmarks/synced.py).
 HOLD_NS = 120_000
+# Where cleanflush owns the write, write-read writes L2 / OWNED_WRITE_SHARE of the cache (see
+# ``owned_write_bytes``): small enough that no part of it reaches DRAM before the read.
+OWNED_WRITE_SHARE = 8
 
 
 class ReadBuffer(NamedTuple):
@@ -101,9 +109,19 @@ def l2_bytes(device: torch.device) -> int:
     return 0
 
 
-def read_bytes(l2: int, written: int) -> int:
-    """Bytes the read must cover after ``written`` bytes of stock write."""
-    return max(2 * l2, STOCK_FLUSH_BYTES - written)
+def read_bytes(l2: int, written: int, owned: bool = False) -> int:
+    """Bytes the read must cover after ``written`` bytes of write: 2 x L2, which evicts every
+    dirty line, and after a stock write also the rest of the stock write's bytes, which keep
+    the GPU busy while the host queues.  After a write cleanflush shrank (``owned``) the
+    read's hold does that instead."""
+    return 2 * l2 if owned else max(2 * l2, STOCK_FLUSH_BYTES - written)
+
+
+def owned_write_bytes(l2: int) -> int:
+    """How much of the cache a write-read writes where cleanflush owns the write: one
+    ``OWNED_WRITE_SHARE`` of the L2, which its dirty lines hold all of until the read writes
+    them back (a write larger than that streams to DRAM as it goes)."""
+    return l2 // OWNED_WRITE_SHARE
 
 
 def buffer_bytes(l2: int) -> int:
@@ -182,7 +200,8 @@ def _build_held(
             "the read kernel's hold",
             buffer.device,
             exc,
-            "where the GPU catches up with the host, host time after the read can show in the timing",
+            "write-read writes the whole cache, and where the GPU catches up with the host, host time after the "
+            "read can show in the timing",
         )
         return None
 
@@ -321,12 +340,19 @@ def _read_data(entry: ReadBuffer, nbytes: int, cache: Any) -> torch.Tensor:
     return data if choose is None else choose(cache, data, entry.l2)
 
 
-def _read_after(device: torch.device, written: int | None, label: str, cache: Any = None, hold: bool = False) -> bool:
-    """The clean read after ``written`` bytes of stock write (``None``: one L2 of it);
-    False, with one warning, when it could not run."""
+def _read_after(
+    device: torch.device,
+    written: int | None,
+    label: str,
+    cache: Any = None,
+    hold: bool = False,
+    owned: bool = False,
+) -> bool:
+    """The clean read after ``written`` bytes of write (``None``: one L2 of it; ``owned``: a
+    write cleanflush shrank); False, with one warning, when it could not run."""
     try:
         l2 = prepare(device).l2
-        read(device, read_bytes(l2, l2 if written is None else written), cache, hold)
+        read(device, read_bytes(l2, l2 if written is None else written, owned), cache, hold)
         return True
     except Exception as exc:  # the read must never break the benchmark: the stock write stands in
         _said(
@@ -356,37 +382,73 @@ def fall_back(label: str, why: str, stock: Callable[[], T], counted: bool = True
     return result
 
 
-def flush(cache: Any, write: Callable[[], Any], label: str) -> Any:
+def flush(
+    cache: Any, write: Callable[[], Any], label: str, write_head: Callable[[torch.Tensor], Any] | None = None
+) -> Any:
     """Flush L2 before a timed call under the active policy; return what ``write`` returns.
 
     ``write`` is the benchmarker's own stock flush (it writes ``cache``); ``label`` names
-    the patched site in the counters.
+    the patched site in the counters.  ``write_head(head)``, where cleanflush owns the
+    write: the same write on a view of the cache's first bytes (see ``owned_head``).
     """
     try:
         device = cache.device
         written = cache.numel() * cache.element_size()
     except AttributeError as exc:  # not a tensor: nothing to read next to
         return fall_back(label, f"it flushed an unexpected cache object ({exc})", write)
-    return around(write, device, written, label, cache)
+    return around(write, device, written, label, cache, write_head)
 
 
-def around(write: Callable[[], Any], device: torch.device, written: int, label: str, cache: Any = None) -> Any:
+def around(
+    write: Callable[[], Any],
+    device: torch.device,
+    written: int,
+    label: str,
+    cache: Any = None,
+    write_head: Callable[[torch.Tensor], Any] | None = None,
+) -> Any:
     """The active policy around a stock write of ``written`` bytes on ``device``, for
-    benchmarkers that call their write as a function we can run or skip."""
+    benchmarkers that call their write as a function we can run or skip (``write_head``:
+    see ``flush``)."""
     policy = current_policy()
     if policy == "write":
         result = write()
         count_flush(label, "write")
         return result
     hold = caught_up(device)  # before the write, which fills the stream
-    result = write() if policy == "write-read" else None
-    if _read_after(device, written if policy == "write-read" else 0, label, cache, hold):
+    head = owned_head(cache, device) if policy == "write-read" and write_head is not None else None
+    if head is not None and write_head is not None:
+        result = write_head(head)
+        written = head.numel() * head.element_size()
+    else:
+        result = write() if policy == "write-read" else None
+    if _read_after(device, written if policy == "write-read" else 0, label, cache, hold, owned=head is not None):
         count_flush(label, policy)
         return result
     if policy == "read":
         result = write()  # neither read nor write would leave L2 unflushed: do the stock write
     count_flush(label, "write")
     return result
+
+
+def owned_head(cache: Any, device: torch.device, needs_hold: bool = True) -> torch.Tensor | None:
+    """The part of ``cache`` a write-read writes where cleanflush owns the write: a view of its
+    first ``owned_write_bytes``.  None (the whole stock write) where the read cannot hold the
+    stream (``needs_hold``: then only the stock write's bytes keep the GPU busy while the
+    host queues), where a read region is chosen (``verify --controls`` breaks the read after
+    the whole stock write, where a broken read does the most harm), or where the cache is
+    not one contiguous tensor larger than that."""
+    if cache is None or _region.get() is not None:
+        return None
+    try:
+        entry = prepare(device)
+        if (needs_hold and entry.held is None) or not cache.is_contiguous():
+            return None
+        count = owned_write_bytes(entry.l2) // cache.element_size()
+        head: torch.Tensor = cache.view(-1)[:count]
+    except Exception:  # a read that cannot run says so itself, after the stock write
+        return None
+    return head if 0 < count < cache.numel() else None
 
 
 def after_write(device: torch.device, written: int | None, label: str) -> None:
@@ -421,7 +483,12 @@ def flushing_tensor(cache: torch.Tensor, target: str, write: str = "zero_", one_
             elif one_kernel and not args and not kwargs:
                 write_read(plain, target)
             else:
-                flush(plain, lambda: stock(*args, **kwargs), target)
+                flush(
+                    plain,
+                    lambda: stock(*args, **kwargs),
+                    target,
+                    lambda head: getattr(head, write)(*args, **kwargs),
+                )
             return self
 
         # no __torch_function__: every other op sees, and returns, a plain tensor
@@ -454,14 +521,17 @@ def write_read(cache: torch.Tensor, label: str) -> None:
         return
     import torch
 
-    written = cache.numel() * cache.element_size()
     try:
         kernel = write_read_kernel(cache.device)
-        if not cache.is_contiguous() or written % 4:
+        # a CUPTI timer takes the kernel's own time: no host time to cover, no hold needed
+        head = owned_head(cache, cache.device, needs_hold=False)
+        words = cache if head is None else head
+        written = words.numel() * words.element_size()
+        if not words.is_contiguous() or written % 4:
             raise ReadUnavailable("its cache is not a contiguous whole number of 4-byte words")
         entry = prepare(cache.device)
-        data = _read_data(entry, read_bytes(entry.l2, written), cache)
-        kernel(cache.view(-1).view(torch.int32), data, entry.sink)
+        data = _read_data(entry, read_bytes(entry.l2, written, owned=head is not None), cache)
+        kernel(words.view(-1).view(torch.int32), data, entry.sink)
     except Exception as exc:  # the two kernels of flush() do the same work, with a gap the timer sees
         reason = _one_line(exc)
         _said(

@@ -203,13 +203,13 @@ def flush_rows() -> list[TargetStatus]:
         (
             STATE.sweep_unavailable,
             "read kernel",
-            "the read kernel could not be built ({reason}): the read runs as torch's sum",
+            "the read kernel could not be built ({reason}): the read runs as torch's sum, after the whole stock write",
         ),
         (
             STATE.hold_unavailable,
             "read kernel's hold",
-            "the hold could not be built ({reason}): reads last as long as their bytes, also where the GPU "
-            "has caught up with the host",
+            "the hold could not be built ({reason}): write-read writes the whole cache, and reads last as long "
+            "as their bytes, also where the GPU has caught up with the host",
         ),
     )
     found = [

@@ -130,6 +130,22 @@ def test_flush_launches_one_kernel_per_step(policy, kernels):
     assert not [row for row in cleanflush.status() if row.target.startswith("read kernel")]
 
 
+def test_clear_cache_writes_an_eighth_of_the_l2_then_reads_two_l2():
+    driver = triton.runtime.driver.active
+    cache = driver.get_empty_cache_for_benchmark()
+    cache.fill_(5)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        driver.clear_cache(cache)
+        torch.cuda.synchronize()
+    l2 = torch.cuda.get_device_properties(cache.device).L2_cache_size
+    head = l2 // 8 // 4
+    assert not bool(cache[:head].any()) and bool((cache[head:] == 5).all())
+    [read] = [e for e in prof.events() if e.name == "cleanflush_l2_sweep"]
+    print(f"read of 2 x L2: {read.device_time:.1f} us")
+    assert not [row for row in cleanflush.status() if row.target.startswith("read kernel")]
+
+
 def test_verify_record_has_the_shape_the_cpu_tests_judge(tmp_path):
     # the CPU judge tests are tied to a recorded H200 record (tests/test_verify.py); this
     # ties that record to what verify writes today

@@ -15,7 +15,9 @@ evidence as that bug would leave it:
   the stock write and is counted as ``write`` (so the flush evidence must catch it).
 
 Each breaks the read through the flush's one seam (``_flush.read_region``), so the rest of
-the flush, its counting and its fallback run as they do for users.
+the flush, its counting and its fallback run as they do for users.  A chosen read region
+also keeps the whole stock write where cleanflush would write only an eighth of the L2 (see
+``_flush.owned_head``): the controls judge a broken read where it does the most harm.
 """
 
 from __future__ import annotations
