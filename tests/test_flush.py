@@ -210,6 +210,18 @@ def test_a_write_the_harness_owns_is_whole_and_the_read_two_l2(holding):
     assert not cache.any() and holding == [252 * MiB, 2 * MiB]
 
 
+def test_a_read_that_fails_after_the_head_falls_back_to_the_whole_stock_write(holding, monkeypatch):
+    def broken(device, nbytes, cache=None, hold=False):
+        raise RuntimeError("no memory")
+
+    monkeypatch.setattr(_flush, "read", broken)
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    with pytest.warns(RuntimeWarning, match="fall back to the stock write"):
+        owned_flush(cache)
+    assert not cache.any()  # the head alone would leave L2 unflushed
+    assert cleanflush.flush_counts() == {("test", "write"): 1}
+
+
 @pytest.mark.parametrize("write, args, value", [("zero_", (), 0), ("random_", (5, 6), 5)])
 def test_a_handed_out_cache_tensor_writes_its_head(holding, write, args, value):
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)

@@ -425,8 +425,8 @@ def around(
     if _read_after(device, written if policy == "write-read" else 0, label, cache, hold, owned=head is not None):
         count_flush(label, policy)
         return result
-    if policy == "read":
-        result = write()  # neither read nor write would leave L2 unflushed: do the stock write
+    if policy == "read" or head is not None:
+        result = write()  # no read after no write, or after its head, would leave L2 unflushed: the stock write
     count_flush(label, "write")
     return result
 
