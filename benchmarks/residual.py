@@ -62,6 +62,7 @@ def sizes(l2_mib: int) -> dict[str, list[tuple[str, int]]]:
         out[f"W{written} R{two} (L2 x {eighths / 8:g})"] = [("W", written), ("R", two)]
     for read in (two, 2 * two, 512, 1024):
         out[f"W256 R{read}"] = [("W", 256), ("R", read)]
+    out[f"W{l2_mib} R{256 - l2_mib} (Inductor)"] = [("W", l2_mib), ("R", 256 - l2_mib)]
     out[f"W8192 R{two} (Kineto)"] = [("W", 8192), ("R", two)]
     out["W8192 (Kineto stock)"] = [("W", 8192)]
     return out
@@ -157,10 +158,9 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
     }
     results = Results(out, "residual")
     summary: dict[str, Any] = {}
-    plan = [
-        ("mechanism", mechanism(l2_mib), [(28672, 4096), (4096, 4096), (128256, 4096)]),
-        ("sizes", sizes(l2_mib), shapes or LLAMA_SHAPES),
-    ]
+    plan = [("sizes", sizes(l2_mib), shapes or LLAMA_SHAPES)]
+    if shapes is None:  # --shapes: the size sweep alone, on those shapes
+        plan.insert(0, ("mechanism", mechanism(l2_mib), [(28672, 4096), (4096, 4096), (128256, 4096)]))
     for study, steps, study_shapes in plan:
         usable = {name: s for name, s in steps.items() if discard is not None or all(k != "D" for k, _ in s)}
         flushes = {name: make_flush(s, parts) for name, s in usable.items()}
@@ -185,7 +185,8 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
                     f"after ref x{r['after_reference_ratio']:.3f}",
                     flush=True,
                 )
-    path = results.write(summary=summary, l2_mib=l2_mib, ncu=ncu_counters(l2_mib))
+    ncu = ncu_counters(l2_mib) if shapes is None else "not run (--shapes)"
+    path = results.write(summary=summary, l2_mib=l2_mib, ncu=ncu)
     cleanflush.install()
     return path
 
