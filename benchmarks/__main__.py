@@ -1,7 +1,7 @@
 """python -m benchmarks <study> [--out DIR]: run one study (or ``all``) on this GPU.
 
-Studies: writeback, methods, cost, latency, synced, autotune, budget, verdicts; ``all`` runs them in that
-order and draws the figures; ``plot`` draws the figures from existing results (no GPU needed).
+Studies: writeback, methods, cost, latency, synced, autotune, budget, verdicts, residual; ``all`` runs them
+in that order and draws the figures; ``plot`` draws the figures from existing results (no GPU needed).
 Progress goes to stderr; results to DIR/<study>.csv and .json, figures to DIR/<study>.png.
 """
 
