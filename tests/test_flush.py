@@ -174,6 +174,23 @@ def test_without_a_hold_the_whole_stock_write_runs_and_the_read_tops_it_up(fake_
     assert rec.ops[1][1][0].numel() * 4 == 252 * MiB  # the rest of the stock 256 MiB
 
 
+def test_a_flush_in_a_loop_takes_its_views_once_and_never_keeps_the_cache_alive(holding):
+    import gc
+    import weakref
+
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    heads = [owned_flush(cache).ops[0][1][0] for _ in range(3)]
+    assert heads[0] is heads[1] is heads[2]  # one head for the loop, not two views a call
+    assert heads[0].data_ptr() == cache.data_ptr() and heads[0].numel() == MiB // 8 // 4
+    gone = weakref.ref(cache)
+    del cache, heads
+    gc.collect()
+    assert gone() is None  # a view of the cache kept for the next call would keep it (and its memory)
+    other = torch.full((2 * MiB // 4,), 7, dtype=torch.int32)
+    [(_, (head,), _)] = owned_flush(other).ops
+    assert head.data_ptr() == other.data_ptr() and not other[: MiB // 8 // 4].any()
+
+
 def test_a_chosen_read_region_follows_the_whole_stock_write(holding):
     # verify --controls breaks the read after the stock write, where a broken read does the most harm
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
@@ -435,6 +452,27 @@ def test_each_read_takes_the_next_call_number(monkeypatch):
     assert seen == [("sweep", 1), ("held", 2, _flush.HOLD_NS), ("sweep", 3)] and calls.signal.tolist() == [3, 0]
 
 
+def test_a_hold_lasts_twice_the_hosts_time_between_two_flushes_and_never_over_its_bound():
+    now = [0]
+    calls = _flush.Calls(torch.zeros(2, dtype=torch.int64), clock=lambda: now[0])
+    assert calls.hold_ns() == _flush.HOLD_NS  # nothing known yet
+    calls.arrived()
+    calls.next()
+    now[0] += 9_000  # the flush's own host time is not the loop's
+    calls.left()
+    now[0] += 30_000  # the start event, the timed call, the end event, the loop
+    calls.arrived()
+    assert calls.hold_ns() == 2 * 30_000
+    calls.next()
+    calls.left()
+    now[0] += 400_000  # a loop that synchronizes after each call: the whole bound
+    calls.arrived()
+    assert calls.hold_ns() == _flush.HOLD_NS
+    calls.next()
+    calls.left()  # a read with no flush come to since (the read alone): not known, the bound
+    assert calls.hold_ns() == _flush.HOLD_NS
+
+
 @pytest.fixture
 def cuda_calls(monkeypatch):
     """cuda:1 with a read buffer whose Calls live in CPU memory, its stream busy, no capture:
@@ -458,6 +496,22 @@ def test_caught_up_when_the_gpu_started_the_last_read_though_its_stream_is_busy(
     assert _flush.caught_up(torch.device("cuda", 6)) is False  # busy, and no read buffer there yet
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(True))
     assert _flush.caught_up(cuda) is True  # an empty stream is caught up whatever the marks say
+
+
+def test_flushes_in_a_loop_hold_as_long_as_twice_the_hosts_time_between_them(cuda_calls, monkeypatch):
+    cuda, signal = cuda_calls
+    now = [0]
+    holds = []
+    entry = _state.STATE.buffers[cuda]._replace(
+        held=lambda data, out, call, ns: holds.append(ns), calls=_flush.Calls(signal, clock=lambda: now[0])
+    )
+    monkeypatch.setitem(_state.STATE.buffers, cuda, entry)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(True))  # caught up: the stream is empty
+    with cleanflush.policy("read"):
+        for gap in (500_000, 20_000, 45_000, 90_000):  # the host's time from one flush's read to the next flush
+            now[0] += gap
+            _flush.around(lambda: None, cuda, 0, "loop")
+    assert holds == [_flush.HOLD_NS, 40_000, 90_000, _flush.HOLD_NS]
 
 
 def test_not_caught_up_during_capture_or_on_errors(cuda_calls, monkeypatch):

@@ -19,10 +19,12 @@ Rules the code below keeps (measured on an H200, docs/policies.md):
   Triton's stock 256 MiB ``zero_``, so the GPU stays busy while the host queues the start
   event and the timed call; a shorter flush lets launch latency into the timing.  Where the
   GPU has caught up with the host (it has started the last read, or the stream is empty),
-  the read holds the stream until the host's next read call, ``HOLD_NS`` at most
-  (``caught_up``, ``Calls``).
+  the read holds the stream until the host's next read call, at most twice the host's
+  time between its last two flushes and never over ``HOLD_NS`` (``caught_up``, ``Calls``).
+* Cheap on the host: in a loop on a fast GPU the host's time per flush is what the loop
+  waits for, so the views a flush takes are made once per cache (``Views``).
 * Capture-safe: one allocation per device, made before any capture where we can (see
-  ``prepare``); each flush is two views and one reduction into a preallocated scalar.
+  ``prepare``); each flush is at most two views and one reduction into a preallocated scalar.
   No device sync, nothing copied back: the host asks two int64 of pinned memory that the
   kernel writes through.
 * Never breaks a benchmark: on any surprise the stock write runs, a warning is given once,
@@ -34,6 +36,8 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -56,6 +60,12 @@ STOCK_FLUSH_BYTES = 256 * MiB  # Triton's zero_ buffer: the GPU-busy time a flus
 # the timed call; this bound is what a benchmark that synchronizes before each flush waits,
 # and what a host slower than that still leaks (benchmarks/synced.py).
 HOLD_NS = 120_000
+# Within that bound a read holds HOLD_PACE times what the host took between its last flush
+# and this one (``Calls.hold_ns``): enough to cover the queuing of the timed call that comes
+# next, without making the last flush of a loop, after which no call comes, wait out
+# HOLD_NS (do_bench sizes its loop from five calls, and that wait cost it a fifth of its
+# samples: benchmarks/budget.py).
+HOLD_PACE = 2
 # Where cleanflush owns the write, write-read writes L2 / OWNED_WRITE_SHARE of the cache (see
 # ``owned_write_bytes``): the largest share measured to leave the next kernel nothing (a
 # quarter of the L2 left +4% at 28672 x 4096 on an H200: benchmarks/residual.py).
@@ -71,20 +81,66 @@ class ReadBuffer(NamedTuple):
     sweep: Callable[[torch.Tensor, torch.Tensor, int], None] | None  # the named kernel; None: torch's sum
     held: Callable[[torch.Tensor, torch.Tensor, int, int], None] | None  # the sweep holding the stream
     calls: Calls | None  # the host's side of the kernel's signal; None where there is no kernel
+    views: Views | None = None  # the views a flush on this device reuses; None: made each time
+
+
+class Views:
+    """The views a flush takes, made once instead of on every call: a flush's host time is
+    what a benchmark loop on a fast GPU waits for.  The spans of the read buffer by size,
+    and the owned head of the last cache flushed, kept while that cache object lives."""
+
+    MAX_SPANS = 64  # read sizes seen on one device are few; a caller varying them is not kept
+
+    def __init__(self) -> None:
+        self._spans: dict[int, torch.Tensor] = {}
+        self._cache: weakref.ref[Any] | None = None
+        self._head: torch.Tensor | None = None
+
+    def span(self, buffer: torch.Tensor, count: int) -> torch.Tensor:
+        """``buffer[:count]``."""
+        found = self._spans.get(count)
+        if found is None:
+            found = buffer[:count]
+            if len(self._spans) < self.MAX_SPANS:
+                self._spans[count] = found
+        return found
+
+    def head(self, cache: Any, count: int) -> torch.Tensor:
+        """The first ``count`` elements of the contiguous ``cache``, as a tensor on its storage
+        (not a view of the tensor: that would keep the cache object, and so this entry,
+        alive once its owner let go of it)."""
+        kept = self._head if self._cache is not None and self._cache() is cache else None
+        if kept is not None and kept.numel() == count and kept.data_ptr() == cache.data_ptr():
+            return kept
+        head: torch.Tensor = cache.new_empty(0).set_(cache.untyped_storage(), cache.storage_offset(), (count,))
+        self._cache, self._head = weakref.ref(cache, self._forget), head
+        return head
+
+    def _forget(self, ref: weakref.ref[Any]) -> None:
+        if self._cache is ref:  # the cache is gone: its storage goes with it
+            self._cache = self._head = None
 
 
 class Calls:
     """Where the host and the read kernel are, told each other without a sync: two int64 in
     pinned host memory that the kernel reads and writes over the bus.  [0]: the host's read
     calls on the device so far (the host writes it: a held read lets go once it passes the
-    read's own call); [1]: the last call whose read the GPU has started (the kernel writes it)."""
+    read's own call); [1]: the last call whose read the GPU has started (the kernel writes it).
+    And how long the host spends between two flushes, which bounds a hold (``hold_ns``)."""
 
-    def __init__(self, signal: torch.Tensor | None = None) -> None:
+    def __init__(self, signal: torch.Tensor | None = None, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         import torch
 
         # pinned by default; any two int64 of host memory will do (tests use plain CPU memory)
         self.signal = torch.zeros(2, dtype=torch.int64, pin_memory=True) if signal is None else signal
         self._slots = (ctypes.c_int64 * 2).from_address(self.signal.data_ptr())
+        self._clock = clock
+        self._left_ns: int | None = None  # when the host had queued its last read
+        self._arrived_ns: int | None = None  # when the host came to its last flush
+
+    def arrived(self) -> None:
+        """The host has come to a flush."""
+        self._arrived_ns = self._clock()
 
     def next(self) -> int:
         """Number a new read call, which lets the held read before it go."""
@@ -92,9 +148,23 @@ class Calls:
         self._slots[0] = call
         return call
 
+    def left(self) -> None:
+        """The host has queued the read of its last call."""
+        self._left_ns = self._clock()
+
     def caught_up(self) -> bool:
         """Whether the GPU has started the read of the host's last call."""
         return bool(self._slots[1] >= self._slots[0])
+
+    def hold_ns(self) -> int:
+        """How long the read of a flush the host has come to may hold the stream:
+        ``HOLD_PACE`` times the host's time from queuing the last read to coming to this
+        flush (the start event, the timed call, the end event, the loop: what it queues
+        after this read too), ``HOLD_NS`` at most and where that time is not known."""
+        left, arrived = self._left_ns, self._arrived_ns
+        if left is None or arrived is None or arrived <= left:  # no flush come to since the last read
+            return HOLD_NS
+        return min(HOLD_NS, HOLD_PACE * (arrived - left))
 
 
 class ReadUnavailable(RuntimeError):
@@ -155,7 +225,7 @@ def prepare(device: torch.device) -> ReadBuffer:
             raise ReadUnavailable(STATE.read_unavailable[str(device)]) from exc
         sweep, calls = _build_sweep(buffer, sink)
         held = _build_held(buffer, sink, calls) if calls is not None else None
-        entry = STATE.buffers[device] = ReadBuffer(buffer, sink, l2, sweep, held, calls)
+        entry = STATE.buffers[device] = ReadBuffer(buffer, sink, l2, sweep, held, calls, Views())
         return entry
 
 
@@ -285,18 +355,21 @@ def read_region(choose: Region) -> Iterator[None]:
 def read(device: torch.device, nbytes: int, cache: Any = None, hold: bool = False) -> None:
     """Enqueue a float32 sum over ``nbytes`` of the read buffer on ``device``'s current stream:
     one kernel, no allocation, no host sync.  The call lets a held read before it go;
-    ``hold``: this one holds the stream until the next call, ``HOLD_NS`` at most."""
+    ``hold``: this one holds the stream until the next call, ``Calls.hold_ns`` at most."""
     import torch
 
     entry = prepare(device)
     data = _read_data(entry, nbytes, cache)
-    call = entry.calls.next() if entry.calls is not None else 0
+    calls = entry.calls
+    call = calls.next() if calls is not None else 0
     if hold and entry.held is not None:
-        entry.held(data, entry.sink, call, HOLD_NS)
+        entry.held(data, entry.sink, call, HOLD_NS if calls is None else calls.hold_ns())
     elif entry.sweep is not None:
         entry.sweep(data, entry.sink, call)
     else:
         torch.sum(data, dim=0, out=entry.sink)
+    if calls is not None:
+        calls.left()
 
 
 def caught_up(device: torch.device) -> bool:
@@ -305,9 +378,14 @@ def caught_up(device: torch.device) -> bool:
     (``found_idle``: a benchmark that synchronized), or the GPU has started the last read
     (do_bench on a host slower per call than the GPU: at most the last timed call is still
     queued).  False on CPU and during graph capture.  The pinned mark is asked first: where it
-    answers, no stream query and one capture query, on the host's way to the timed call."""
+    answers, no stream query and one capture query, on the host's way to the timed call.
+    Every flush asks this first, so it also notes that the host has come to one (``Calls``)."""
     entry: ReadBuffer | None = STATE.buffers.get(device)
-    if entry is None or entry.calls is None or not entry.calls.caught_up():
+    calls = entry.calls if entry is not None else None
+    if calls is None:
+        return found_idle(device)
+    calls.arrived()
+    if not calls.caught_up():
         return found_idle(device)
     import torch
 
@@ -335,7 +413,8 @@ def found_idle(device: torch.device) -> bool:
 
 def _read_data(entry: ReadBuffer, nbytes: int, cache: Any) -> torch.Tensor:
     """The float32 elements a read of ``nbytes`` sums (through ``read_region`` where one is set)."""
-    data = entry.buffer[: nbytes // 4]
+    count = nbytes // 4
+    data = entry.buffer[:count] if entry.views is None else entry.views.span(entry.buffer, count)
     choose = _region.get()
     return data if choose is None else choose(cache, data, entry.l2)
 
@@ -445,10 +524,12 @@ def owned_head(cache: Any, device: torch.device, needs_hold: bool = True) -> tor
         if (needs_hold and entry.held is None) or not cache.is_contiguous():
             return None
         count = owned_write_bytes(entry.l2) // cache.element_size()
-        head: torch.Tensor = cache.view(-1)[:count]
+        if not 0 < count < cache.numel():
+            return None
+        head: torch.Tensor = cache.view(-1)[:count] if entry.views is None else entry.views.head(cache, count)
     except Exception:  # a read that cannot run says so itself, after the stock write
         return None
-    return head if 0 < count < cache.numel() else None
+    return head
 
 
 def after_write(device: torch.device, written: int | None, label: str) -> None:

@@ -60,9 +60,11 @@ def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dic
         # not the clear_cache(cache) we know: the stock code with the caller's arguments
         why = f"clear_cache was called as (args={len(args)}, kwargs={sorted(kwargs)}), not clear_cache(cache)"
         return _flush.fall_back(NAME, why, lambda: wrapped(*args, **kwargs))
-    cache = _flush.plain_tensor(args[0] if args else kwargs["cache"])  # ours would flush a second time
-    # the stock clear_cache on a head of the cache, where cleanflush owns the write: it zeroes what it is given
-    return _flush.flush(cache, lambda: wrapped(cache), NAME, wrapped)
+    cache = args[0] if args else kwargs["cache"]
+    # the whole stock write on the plain tensor behind ours, whose zero_ would flush a second
+    # time; where cleanflush owns the write, the stock clear_cache on a head of the cache (it
+    # zeroes what it is given)
+    return _flush.flush(cache, lambda: wrapped(_flush.plain_tensor(cache)), NAME, wrapped)
 
 
 def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
