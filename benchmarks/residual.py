@@ -303,12 +303,11 @@ torch.cuda.profiler.stop()
 
 
 def ncu_counters(l2_mib: int, n: int = 28672, k: int = 4096, calls: int = 3) -> dict[str, Any] | str:
-    """Nsight Compute counters of the GEMM after a few of the flushes (median of ``calls``),
-    the cache and clocks left alone; or why they could not be read."""
-    import csv
+    """Nsight Compute counters of the GEMM after a few of the flushes (bytes, microseconds,
+    sectors; each call's), the cache and clocks left alone; or why they could not be read."""
     import shutil
-    import subprocess
-    import sys
+
+    from cleanflush import _measure
 
     if shutil.which("ncu") is None:
         return "ncu is not on PATH"
@@ -318,41 +317,10 @@ def ncu_counters(l2_mib: int, n: int = 28672, k: int = 4096, calls: int = 3) -> 
     )
     progress(f"residual: Nsight Compute counters of {n}x{k} after {len(names)} flushes")
     try:
-        done = subprocess.run(
-            [
-                "ncu",
-                "--cache-control",
-                "none",
-                "--clock-control",
-                "none",
-                "--replay-mode",
-                "application",
-                "--profile-from-start",
-                "off",
-                "--nvtx",
-                "--nvtx-include",
-                "timed/",
-                "--csv",
-                "--metrics",
-                ",".join(NCU_COUNTERS),
-                sys.executable,
-                "-c",
-                program,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        rows = [r for r in csv.reader(done.stdout.splitlines()) if len(r) > 10]
-        col = {name: i for i, name in enumerate(rows[0])}
-        kernels: dict[str, dict[str, str]] = {}
-        for r in rows[1:]:
-            kernels.setdefault(r[col["ID"]], {})[r[col["Metric Name"]]] = (
-                f"{r[col['Metric Value']]} {r[col['Metric Unit']]}"
-            )
+        per = [values for _, values in _measure.ncu_metrics(["-c", program], NCU_COUNTERS, timeout=300)]
     except Exception as exc:
-        return f"ncu failed: {exc}; {(done.stderr or '')[-300:] if 'done' in locals() else ''}"
-    per = list(kernels.values())  # the GEMM may be more than one kernel per call
+        return f"ncu failed: {exc}"
+    # the GEMM may be more than one kernel per call
     if not per or len(per) % len(names):
         return f"ncu saw {len(per)} kernels for {len(names)} flushes: {per[:2]}"
     each = len(per) // len(names)

@@ -231,6 +231,61 @@ def test_ncu_that_could_not_run_is_said():
     assert any("could not run" in r and "ERR_NVGPUCTRPERM" in r for r in v["reasons"])
 
 
+# The columns of Nsight Compute's --csv output (its details page), which ncu_metrics reads
+NCU_HEADER = [
+    "ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+    "Block Size", "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value",
+]  # fmt: skip
+
+
+def fake_ncu(tmp_path, monkeypatch, rows):
+    """An ``ncu`` on PATH that prints ``rows`` (id, kernel, metric, unit, value) as its CSV."""
+    import csv
+    import io
+
+    text = io.StringIO()
+    writer = csv.writer(text, quoting=csv.QUOTE_ALL)
+    writer.writerow(NCU_HEADER)
+    for launch, kernel, metric, unit, value in rows:
+        writer.writerow([launch, "1", "python", "host", kernel, "1", "7", "(128, 1, 1)", "(528, 1, 1)", "0", "9.0",
+                         "Command line profiler metrics", metric, unit, value])  # fmt: skip
+    tool = tmp_path / "ncu"
+    tool.write_text(f"#!/bin/sh\necho '==PROF== Connected to process'\ncat <<'EOF'\n{text.getvalue()}EOF\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_ncu_metrics_come_back_in_bytes_microseconds_and_sectors(tmp_path, monkeypatch):
+    from cleanflush import _measure
+
+    metrics = ("dram__bytes_write.sum", "gpu__time_duration.sum", "lts__t_sectors_srcunit_ltcfabric.sum")
+    fake_ncu(
+        tmp_path,
+        monkeypatch,
+        [
+            ("0", "nvjet_tst", "dram__bytes_write.sum", "Mbyte", "1.50"),
+            ("0", "nvjet_tst", "gpu__time_duration.sum", "usecond", "56.50"),
+            ("0", "nvjet_tst", "lts__t_sectors_srcunit_ltcfabric.sum", "Msector", "3.69"),
+            ("1", "splitK_reduce", "dram__bytes_write.sum", "Kbyte", "1,024.00"),
+            ("1", "splitK_reduce", "gpu__time_duration.sum", "nsecond", "2,500.00"),
+            ("1", "splitK_reduce", "lts__t_sectors_srcunit_ltcfabric.sum", "sector", "812"),
+        ],
+    )
+    kernels = _measure.ncu_metrics(["-c", "pass"], metrics)
+    assert [name for name, _ in kernels] == ["nvjet_tst", "splitK_reduce"]
+    first, second = (values for _, values in kernels)
+    assert first == pytest.approx(dict(zip(metrics, (1.5e6, 56.5, 3.69e6))))
+    assert second == pytest.approx(dict(zip(metrics, (1.024e6, 2.5, 812.0))))
+
+
+def test_ncu_metrics_in_a_unit_it_does_not_know_raise(tmp_path, monkeypatch):
+    from cleanflush import _measure
+
+    fake_ncu(tmp_path, monkeypatch, [("0", "nvjet_tst", "dram__bytes_write.sum", "furlong", "3")])
+    with pytest.raises(RuntimeError, match="unknown unit 'furlong'"):
+        _measure.ncu_metrics(["-c", "pass"], ("dram__bytes_write.sum",))
+
+
 def test_faster_than_the_cold_graph_means_warm_data():
     v = verdict.judge(record(timed={"write-read": 10.5}))
     assert v["result"] == "FAIL"

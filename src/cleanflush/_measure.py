@@ -152,6 +152,10 @@ _UNITS = {
     "us": 1.0,
     "ms": 1e3,
     "s": 1e6,
+    "sector": 1.0,
+    "Ksector": 1e3,
+    "Msector": 1e6,
+    "Gsector": 1e9,
 }
 
 
@@ -160,7 +164,7 @@ def ncu_metrics(
 ) -> list[tuple[str, dict[str, float]]]:
     """Run ``python *program`` under Nsight Compute and return (kernel name, {metric: value})
     for every kernel launched inside an NVTX range named ``timed``, in launch order.  Byte
-    metrics come back in bytes, time metrics in microseconds.
+    metrics come back in bytes, time metrics in microseconds, sector counts as counts.
 
     The profiler leaves the cache and the clocks alone (``--cache-control none
     --clock-control none``) and replays the whole program per pass, so each kernel sees the
