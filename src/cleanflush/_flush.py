@@ -20,7 +20,7 @@ Rules the code below keeps (measured on an H200, docs/policies.md):
   event and the timed call; a shorter flush lets launch latency into the timing.  Where the
   GPU has caught up with the host (it has started the last read, or the stream is empty),
   the read holds the stream until the host's next read call, at most twice the host's
-  time between its last two flushes and never over ``HOLD_NS`` (``caught_up``, ``Calls``).
+  time between its last flush and this one, never over ``HOLD_NS`` (``caught_up``, ``Calls``).
 * Cheap on the host: in a loop on a fast GPU the host's time per flush is what the loop
   waits for, so the views a flush takes are made once per cache (``Views``).
 * Capture-safe: one allocation per device, made before any capture where we can (see
@@ -63,8 +63,8 @@ HOLD_NS = 120_000
 # Within that bound a read holds HOLD_PACE times what the host took between its last flush
 # and this one (``Calls.hold_ns``): enough to cover the queuing of the timed call that comes
 # next, without making the last flush of a loop, after which no call comes, wait out
-# HOLD_NS (do_bench sizes its loop from five calls, and that wait cost it a fifth of its
-# samples: benchmarks/budget.py).
+# HOLD_NS (do_bench sizes its loop from five calls; with that wait it took 6-34% fewer
+# samples than under the stock flush: benchmarks/budget.py).
 HOLD_PACE = 2
 # Where cleanflush owns the write, write-read writes L2 / OWNED_WRITE_SHARE of the cache (see
 # ``owned_write_bytes``): the largest share measured to leave the next kernel nothing (a
