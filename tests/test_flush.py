@@ -481,7 +481,7 @@ def cuda_calls(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(False))
     cuda = torch.device("cuda", 1)
     signal = torch.zeros(2, dtype=torch.int64)
-    entry = _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, _flush.Calls(signal))
+    entry = _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, _flush.Calls(signal), _flush.Views())
     monkeypatch.setitem(_state.STATE.buffers, cuda, entry)
     return cuda, signal
 

@@ -135,7 +135,7 @@ def test_torchs_sum_in_place_of_the_read_kernel_runs_stock_on_cuda(stand_ins, mo
     DeepGEMM's tests pick by 'reduce': the stock benchmark runs instead."""
     from cleanflush import _flush
 
-    buffer = _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, None)
+    buffer = _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, None, _flush.Views())
     monkeypatch.setattr(_flush, "prepare", lambda device: buffer)
     monkeypatch.setattr(sglang.TARGET, "device", lambda: torch.device("cuda", 0))
     bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
@@ -184,7 +184,9 @@ def test_each_reason_to_run_stock_is_said(stand_ins, monkeypatch):
         from cleanflush import _flush
 
         monkeypatch.setattr(
-            _flush, "prepare", lambda device: _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, None)
+            _flush,
+            "prepare",
+            lambda device: _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, None, _flush.Views()),
         )
         bench_kineto(lambda: None, "nvjet", num_tests=1)
     assert [str(w.message) for w in said] == [

@@ -81,7 +81,7 @@ class ReadBuffer(NamedTuple):
     sweep: Callable[[torch.Tensor, torch.Tensor, int], None] | None  # the named kernel; None: torch's sum
     held: Callable[[torch.Tensor, torch.Tensor, int, int], None] | None  # the sweep holding the stream
     calls: Calls | None  # the host's side of the kernel's signal; None where there is no kernel
-    views: Views | None = None  # the views a flush on this device reuses; None: made each time
+    views: Views  # the views a flush on this device reuses
 
 
 class Views:
@@ -414,7 +414,7 @@ def found_idle(device: torch.device) -> bool:
 def _read_data(entry: ReadBuffer, nbytes: int, cache: Any) -> torch.Tensor:
     """The float32 elements a read of ``nbytes`` sums (through ``read_region`` where one is set)."""
     count = nbytes // 4
-    data = entry.buffer[:count] if entry.views is None else entry.views.span(entry.buffer, count)
+    data = entry.views.span(entry.buffer, count)
     choose = _region.get()
     return data if choose is None else choose(cache, data, entry.l2)
 
@@ -511,12 +511,12 @@ def around(
 
 
 def owned_head(cache: Any, device: torch.device, needs_hold: bool = True) -> torch.Tensor | None:
-    """The part of ``cache`` a write-read writes where cleanflush owns the write: a view of its
-    first ``owned_write_bytes``.  None (the whole stock write) where the read cannot hold the
-    stream (``needs_hold``: then only the stock write's bytes keep the GPU busy while the
-    host queues), where a read region is chosen (``verify --controls`` breaks the read after
-    the whole stock write, where a broken read does the most harm), or where the cache is
-    not one contiguous tensor larger than that."""
+    """The part of ``cache`` a write-read writes where cleanflush owns the write: its first
+    ``owned_write_bytes``, as a tensor on its storage (``Views.head``).  None (the whole stock
+    write) where the read cannot hold the stream (``needs_hold``: then only the stock write's
+    bytes keep the GPU busy while the host queues), where a read region is chosen
+    (``verify --controls`` breaks the read after the whole stock write, where a broken read
+    does the most harm), or where the cache is not one contiguous tensor larger than that."""
     if cache is None or _region.get() is not None:
         return None
     try:
@@ -526,7 +526,7 @@ def owned_head(cache: Any, device: torch.device, needs_hold: bool = True) -> tor
         count = owned_write_bytes(entry.l2) // cache.element_size()
         if not 0 < count < cache.numel():
             return None
-        head: torch.Tensor = cache.view(-1)[:count] if entry.views is None else entry.views.head(cache, count)
+        head = entry.views.head(cache, count)
     except Exception:  # a read that cannot run says so itself, after the stock write
         return None
     return head
