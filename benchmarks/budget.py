@@ -1,12 +1,11 @@
-"""Study: the clean flush at the stock flush's price, before and after cleanflush shrank the
-write it owns.
+"""Study: the clean flush at the stock flush's price, and what its hold costs do_bench.
 
 Every flush runs through Triton's ``driver.active.clear_cache``, as do_bench calls it:
 
   stock                      cleanflush uninstalled: zero_ 256 MiB
-  write-read (whole write)   the whole 256 MiB zero_, then 2 x L2 read (before)
-  write-read                 the default now: L2 / 8 of the cache zeroed, then 2 x L2 read,
-                             the read holding the stream where the GPU has caught up (after)
+  write-read                 the default: L2 / 8 of the cache zeroed, then 2 x L2 read, the read
+                             holding the stream where the GPU has caught up (the handshake)
+  write-read, spin only      the same with the simpler hold (``common.hold_design``)
   read                       256 MiB read, nothing written
   reference                  a plain float32 ``sum()`` of a 256 MiB buffer of its own in place of
                              ``clear_cache`` (cleanflush uninstalled): shares no code with the others
@@ -21,7 +20,8 @@ Per shape (the five Llama 3.1 8B projections), in rounds interleaved over the ca
 * ``kernel_us``: the GEMM's own kernels after the flush (CUPTI, torch.profiler), per call;
 * ``flush_us`` (once per shape): one flush's GPU time, 50 back to back.
 
-``ncu``: the DRAM bytes the 28672 x 4096 GEMM writes after each candidate (Nsight Compute).
+``ncu``: the DRAM bytes the 28672 x 4096 GEMM writes after each candidate (Nsight Compute),
+where that shape is run.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .common import LLAMA_SHAPES, WHOLE_WRITE, MiB, Results, central_mean, flush_time_us, flushing, progress
+from .common import LLAMA_SHAPES, MiB, Results, central_mean, flush_time_us, flushing, hold_design, progress
 
 ROUNDS = 4
-CANDIDATES = ("stock", WHOLE_WRITE, "write-read", "read", "reference", "reference again")
+CANDIDATES = ("stock", "write-read", "write-read, spin only", "read", "reference", "reference again")
+NCU_SHAPE = (28672, 4096)
 REFERENCE_BYTES = 256 * MiB
 
 
@@ -58,11 +59,17 @@ def contexts() -> dict[str, Callable[[], contextlib.AbstractContextManager[Any]]
             finally:
                 cls.clear_cache = stock  # type: ignore[method-assign]
 
+    @contextlib.contextmanager
+    def spin_only() -> Iterator[None]:
+        with flushing("write-read"), hold_design("spin only"):
+            yield
+
     out: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
-        name: (lambda name=name: flushing(name)) for name in CANDIDATES[:4]
+        name: (lambda name=name: flushing(name)) for name in ("stock", "write-read", "read")
     }
+    out["write-read, spin only"] = spin_only
     out["reference"] = out["reference again"] = reference
-    return out
+    return {name: out[name] for name in CANDIDATES}
 
 
 def kernel_us(flush: Callable[[], None], fn: Callable[[], Any], calls: int = 40) -> float:
@@ -138,7 +145,7 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
         del fn
         torch.cuda.empty_cache()
     summary = summarize(results.rows)
-    ncu = write_bytes(28672, 4096)
+    ncu = write_bytes(*NCU_SHAPE) if NCU_SHAPE in (shapes or LLAMA_SHAPES) else "not measured (its shape not run)"
     path = results.write(summary=summary, ncu_write_mb=ncu)
     print(table(summary, ncu))
     return path

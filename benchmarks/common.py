@@ -305,13 +305,73 @@ WHOLE_WRITE = "write-read (whole write)"
 @contextlib.contextmanager
 def whole_write() -> Iterator[None]:
     """write-read as it ran before cleanflush shrank the writes it owns: the whole stock
-    write, then 2 x L2 read.  A chosen read region turns the shrink off (``_flush.owned_head``);
+    write, then 2 x L2 read.  A chosen read region turns the shrink off (``cleanflush._seam``);
     this one reads what the flush would have read."""
     import cleanflush
-    from cleanflush import _flush
+    from cleanflush import _seam
 
-    with cleanflush.policy("write-read"), _flush.read_region(lambda cache, region, l2: region):
+    with cleanflush.policy("write-read"), _seam.read_region(lambda cache, region, l2: region):
         yield
+
+
+# The hold as it is, the simpler design it was measured against, and none (benchmarks/synced.py,
+# benchmarks/budget.py).
+HOLDS = ("handshake", "spin only", "no hold")
+SPIN_OFFSET = 1 << 40  # added to the call numbers the kernel sees: the host's count never passes them
+
+
+@contextlib.contextmanager
+def hold_design(design: str) -> Iterator[None]:
+    """Flushes in the block hold the stream as ``design`` says:
+
+    * ``handshake``: as cleanflush does (``cleanflush._hold``): where the GPU has caught up (the
+      pinned mark, or an empty stream), until the host's next read call, within its pace;
+    * ``spin only``: the simpler design, a ``%globaltimer`` spin bounded by the host's pace,
+      held only where the stream is empty and never let go early (no pinned handshake): the same
+      kernel, handed call numbers the host's count never passes;
+    * ``no hold``.
+
+    Flushes on the current device (its read buffer is made here if it is not yet)."""
+    import torch
+
+    from cleanflush import _hold, _read
+
+    stock = _hold.hold_ns
+    handshake = _read.prepare(torch.device("cuda", torch.cuda.current_device())).handshake
+    handshakes = [handshake] if handshake is not None else []
+
+    def spin_only(device: Any, handshake: Any, capturing: bool) -> int:
+        if handshake is None or capturing:
+            return 0
+        handshake.arrived()
+        return int(handshake.pace_ns()) if _hold.stream_empty(device) else 0
+
+    if design == "no hold":
+        _hold.hold_ns = lambda device, handshake, capturing: 0
+    elif design == "spin only":
+        _hold.hold_ns = spin_only
+        for made in handshakes:
+            call = type(made).call
+            vars(made)["call"] = lambda made=made, call=call: call(made) + SPIN_OFFSET
+    elif design != "handshake":
+        raise ValueError(f"unknown hold design {design!r}; valid: {', '.join(HOLDS)}")
+    try:
+        yield
+    finally:
+        _hold.hold_ns = stock
+        torch.cuda.synchronize()
+        for made in handshakes:
+            vars(made).pop("call", None)
+            made._slots[1] = made._slots[0]  # caught up, as after any sync: no offset mark left
+
+
+def read_alone(device: Any, nbytes: int) -> None:
+    """cleanflush's read of ``nbytes`` on ``device`` (its named kernel), with no write and no
+    hold: a study's clean read."""
+    from cleanflush import _read
+
+    entry = _read.prepare(device)
+    _read.read(entry, entry.views.span(entry.buffer, nbytes // 4), 0, False)
 
 
 def flushing(name: str) -> contextlib.AbstractContextManager[Any]:

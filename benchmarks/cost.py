@@ -29,7 +29,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import ClockLog, Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us
+from .common import (
+    ClockLog,
+    Results,
+    central_mean,
+    flush_time_us,
+    flushing,
+    progress,
+    quartiles,
+    read_alone,
+    spin_cycles_per_us,
+)
 
 SHAPES = [(4096, 4096), (28672, 4096)]
 ROUNDS = 10
@@ -111,12 +121,12 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
     """The read-size table (see the module docstring); writes readsize.csv."""
     import torch
 
-    from cleanflush import _flush, _measure
+    from cleanflush import _measure, _read
 
     MiB = 1 << 20
     device = torch.device("cuda", torch.cuda.current_device())
     zbuf = torch.empty(256 * MiB // 4, dtype=torch.int32, device=device)
-    entry = _flush.prepare(device)
+    entry = _read.prepare(device)
     rbuf, sink, l2 = entry.buffer, entry.sink, entry.l2
     idle_cycles = int(20 * spin_cycles_per_us())  # ~20 us
 
@@ -125,11 +135,11 @@ def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int =
 
     variants = {
         "read 256 MiB (read)": lambda: read(256 * MiB),
-        "sweep 256 MiB (read, cleanflush_l2_sweep)": lambda: _flush.read(device, 256 * MiB),
+        "sweep 256 MiB (read, cleanflush_l2_sweep)": lambda: read_alone(device, 256 * MiB),
         "zero_ 256 MiB + read 2 x L2 (write-read)": lambda: (zbuf.zero_(), read(2 * l2)),
         "zero_ 256 MiB + sweep 2 x L2 (write-read, cleanflush_l2_sweep)": lambda: (
             zbuf.zero_(),
-            _flush.read(device, 2 * l2),
+            read_alone(device, 2 * l2),
         ),
         "zero_ 256 MiB + read 2 x L2 + 20 us idle": lambda: (
             zbuf.zero_(),

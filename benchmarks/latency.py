@@ -20,7 +20,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import WHOLE_WRITE, Results, central_mean, flush_time_us, flushing, progress, quartiles, spin_cycles_per_us
+from .common import (
+    WHOLE_WRITE,
+    Results,
+    central_mean,
+    flush_time_us,
+    flushing,
+    progress,
+    quartiles,
+    read_alone,
+    spin_cycles_per_us,
+)
 
 ROUNDS = 3
 ITERS = 300
@@ -32,7 +42,7 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
     import triton
 
     import cleanflush
-    from cleanflush import _flush, _measure
+    from cleanflush import _measure, _read
 
     from .int8_gemv import Layer
 
@@ -45,8 +55,8 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
         "cuBLAS BF16 GEMM 4096x4096": gemm,
         "Triton INT8 GEMV 4096x4096 (BN16 BK512 w8)": layer.call({"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 8}),
     }
-    l2 = _flush.l2_bytes(device)
-    _flush.prepare(device)
+    l2 = _read.l2_bytes(device)
+    _read.prepare(device)
 
     def clear_cache() -> None:
         driver.clear_cache(cache)
@@ -59,7 +69,7 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
     flushes: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
         name: (functools.partial(flushing, name), clear_cache) for name in ("stock", *cleanflush.POLICIES, WHOLE_WRITE)
     }
-    flushes["control: read 2 x L2 only"] = (contextlib.nullcontext, lambda: _flush.read(device, 2 * l2))
+    flushes["control: read 2 x L2 only"] = (contextlib.nullcontext, lambda: read_alone(device, 2 * l2))
     flushes["control: stock, then synchronize"] = (contextlib.nullcontext, stock_then_sync)
 
     # cycles for BUSY_US at the clock the GPU runs at (torch.cuda._sleep spins on clock64)

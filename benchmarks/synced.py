@@ -1,31 +1,28 @@
-"""Loops that synchronize before every flush (GPU MODE's eval.py, the CuTe DSL autotuner's
-timer), and do_bench's queued loop on a slow host: how much host time does each flush hide?
+"""Study: the hold against the simpler design, where the GPU has caught up with the host.
 
-Such a loop hands the flush an idle GPU; its host then records the start event and launches
-the timed call while the GPU runs only the flush.  Host time beyond the flush's own GPU time
-lands in the timed region.  Here the host waits X us (a busy-wait) between the flush's return
-and the start event, as a slower host or a heavier Python stack would, and the GEMM's event
-time is taken against X, per flush:
+A loop that synchronizes before every flush (GPU MODE's eval.py, the CuTe DSL autotuner's
+timer) hands the flush an idle GPU; its host then records the start event and launches the
+timed call while the GPU runs only the flush, and host time beyond the flush's own GPU time
+lands in the timed region.  do_bench queues its calls without synchronizing, so its flushes
+hide host time until the host falls behind the GPU (a slower host, another process); from
+then on every call starts on a GPU that has caught up.  Here the host waits X us (a
+busy-wait) before the timed call, as a slower host or a heavier Python stack would:
 
-* ``plain read``: a float32 ``sum()`` of a 256 MiB buffer of its own (no cleanflush code);
-* cleanflush's ``read`` and ``write-read`` through ``_flush.flush`` on a one-L2 cache (the
-  CuTe DSL's memset size), each as it is (with the hold) and without the hold.
+* ``synced`` rows: flush, X us, start event, GEMM, end event, synchronize; the flush is
+  ``_flush.flush`` on a one-L2 cache (the CuTe DSL's memset size), or ``plain read``, a
+  float32 ``sum()`` of a 256 MiB buffer of its own (no cleanflush code);
+* ``do_bench`` rows: triton's do_bench of the GEMM with X us before each call (central mean
+  of its samples, and how many it took), its flush Triton's ``clear_cache`` (whose write
+  cleanflush owns: L2 / 8 of it, then 2 x L2 read), stock or write-read.
 
-do_bench queues its calls without synchronizing, so its flushes hide host time until the host
-falls behind the GPU: a host slower per call than the flush and the GEMM together (another
-process on the CPU, a slower machine) drains the queue, and from then on every call starts on
-a GPU that has caught up.  The ``do_bench`` rows time the GEMM with triton's ``do_bench``
-(central mean of its samples, and how many it took) while the timed call waits X us on the
-host before launching it, under the stock flush and the clean policies: with the hold as it
-is (held wherever the GPU has caught up with the host, let go at the next read call), with
-0.1.0's hold (only on an empty stream, always the whole ``HOLD_NS``: emulated here by giving
-the kernel call numbers the host never passes), and without a hold.  do_bench's flush is
-Triton's ``clear_cache``, whose write cleanflush owns: its ``write-read`` writes L2 / 8 of the
-cache; ``write-read (whole write)`` is the same flush after the whole stock write, as before.
+write-read runs with each hold design of ``common.hold_design``: the hold as it is (the
+pinned handshake), ``spin only`` (the simpler design: a ``%globaltimer`` spin bounded by the
+host's pace, only on an empty stream, never let go early), and ``no hold``.
 
 ``hidden_us``: the largest X up to which every central mean stays within 5% of the one at
-X = 0.  Two shapes: the write-up's 4096 x 4096 and a 2048 x 2048 one-row GEMM (a 9 us
-kernel, where a slow host falls behind first).
+X = 0; ``samples_at_0``: do_bench's samples with no delay (the host as it is).  Two shapes:
+the write-up's 4096 x 4096 and a 2048 x 2048 one-row GEMM (a 9 us kernel, where a slow host
+falls behind first).  Candidates interleaved within each round and delay.
 Run on a GPU, from the repository root:  python -m benchmarks synced
 """
 
@@ -38,13 +35,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import WHOLE_WRITE, Results, central_mean, progress, whole_write
+from .common import HOLDS, Results, central_mean, flushing, hold_design, progress
 
-ROUNDS = 2
+ROUNDS = 3
 ITERS = 150
 DELAYS_US = (0, 20, 40, 60, 80, 120, 160)
 SHAPES = ((4096, 4096), (2048, 2048))
-OFFSET = 1 << 20  # call numbers ahead of the host's count: the emulated 0.1.0 hold is never let go
 
 
 def loop(flush: Callable[[], Any], fn: Callable[[], Any], delay_us: float, iters: int) -> list[float]:
@@ -66,7 +62,7 @@ def loop(flush: Callable[[], Any], fn: Callable[[], Any], delay_us: float, iters
     return times
 
 
-def queued(fn: Callable[[], Any], delay_us: float) -> tuple[float, int]:
+def queued_loop(fn: Callable[[], Any], delay_us: float) -> tuple[float, int]:
     """do_bench's central mean (us) of ``fn``, and its number of samples, the host waiting
     ``delay_us`` before each launch."""
     import triton.testing
@@ -93,54 +89,36 @@ def hidden_us(medians: dict[int, float]) -> int:
 
 def run(out: Path, rounds: int = ROUNDS) -> Path:
     import torch
+    import triton
 
-    import cleanflush
-    from cleanflush import _flush, _measure
+    from cleanflush import _flush, _hold, _measure, _read
 
     device = torch.device("cuda", torch.cuda.current_device())
-    l2 = _flush.l2_bytes(device)
+    l2 = _read.l2_bytes(device)
     plain = torch.ones(256 * 1024 * 1024 // 4, dtype=torch.float32, device=device)
     cache = torch.empty(l2 // 4, dtype=torch.int32, device=device)
-    entry = _flush.prepare(device)
-    assert entry.calls is not None and entry.held is not None, "the read kernel or its hold was not built here"
-    calls = entry.calls
-
-    @contextlib.contextmanager
-    def policy(name: str, hold: str = "hold") -> Any:
-        """A cleanflush policy with its hold as it is, 0.1.0's hold ("0.1.0 hold"), or none."""
-        caught_up = _flush.caught_up
-        if hold == "no hold":
-            _flush.caught_up = lambda device: False
-        if hold == "0.1.0 hold":
-            _flush.caught_up = _flush.found_idle
-            next_call = type(calls).next
-            vars(calls)["next"] = lambda: next_call(calls) + OFFSET
-            vars(calls)["caught_up"] = lambda: calls._slots[1] - OFFSET >= calls._slots[0]
-        try:
-            with cleanflush.policy(name):
-                yield
-        finally:
-            _flush.caught_up = caught_up
-            vars(calls).pop("next", None)
-            vars(calls).pop("caught_up", None)
+    entry = _read.prepare(device)
+    assert entry.held is not None, "the read kernel's hold was not built here"
+    driver = triton.runtime.driver.active
+    driver.get_empty_cache_for_benchmark()  # do_bench's cache made once: its read buffer is this one
 
     def clean() -> None:
-        _flush.flush(cache, cache.zero_, "synced")
+        _flush.flush("synced", write=cache.zero_, cache=cache)
+
+    def write_read(design: str) -> Any:
+        @contextlib.contextmanager
+        def context() -> Any:
+            with flushing("write-read"), hold_design(design):
+                yield
+
+        return context
 
     # name -> (context the loop runs in, flush)
-    flushes: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
-        "plain read": (contextlib.nullcontext, plain.sum)
-    }
-    for name in ("read", "write-read"):
-        flushes[name] = (lambda name=name: policy(name), clean)
-        flushes[f"{name}, no hold"] = (lambda name=name: policy(name, "no hold"), clean)
-
-    # do_bench's own flush, through cleanflush's patch: the stock write, or a clean policy
-    queued_policies: dict[str, Callable[[], Any]] = {"stock": lambda: policy("write"), WHOLE_WRITE: whole_write}
-    for name in ("read", "write-read"):
-        for hold in ("hold", "0.1.0 hold", "no hold"):
-            label = name if hold == "hold" else f"{name}, {hold}"
-            queued_policies[label] = lambda name=name, hold=hold: policy(name, hold)
+    synced: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {"plain read": (contextlib.nullcontext, plain.sum)}
+    synced.update({f"write-read, {d}": (write_read(d), clean) for d in HOLDS})
+    # do_bench's own flush, through cleanflush's patch: the stock write, or write-read
+    queued: dict[str, Callable[[], Any]] = {"stock": lambda: flushing("stock")}
+    queued.update({f"write-read, {d}": write_read(d) for d in HOLDS})
 
     results = Results(out, "synced")
     for n, k in SHAPES:
@@ -149,39 +127,41 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
         _measure.warm_up(fn, 1.0)
         for r in range(rounds):
             for delay in DELAYS_US:
-                for name, (context, flush) in flushes.items():
+                for name, (context, flush) in synced.items():
                     with context():
                         loop(flush, fn, delay, 5)
                         times = loop(flush, fn, delay, ITERS)
-                    results.add(
-                        shape=shape,
-                        round=r,
-                        loop="synced",
-                        flush=name,
-                        delay_us=delay,
-                        us=central_mean(times),
-                        samples=None,
-                    )
-                for name, context in queued_policies.items():
+                    results.add(shape=shape, round=r, loop="synced", flush=name, delay_us=delay, us=central_mean(times))
+                for name, context in queued.items():
                     with context():
-                        mean, samples = queued(fn, delay)
+                        mean, samples = queued_loop(fn, delay)
                     results.add(
                         shape=shape, round=r, loop="do_bench", flush=name, delay_us=delay, us=mean, samples=samples
                     )
                 progress(f"synced: {shape}, round {r + 1}/{rounds}, delay {delay} us")
-    summary = {}
-    for n, k in SHAPES:
-        shape = f"{n}x{k}"
-        for kind, names in (("synced", flushes), ("do_bench", queued_policies)):
-            for name in names:
-                rows = [row for row in results.rows if (row["shape"], row["loop"], row["flush"]) == (shape, kind, name)]
-                means = {
-                    delay: statistics.median(row["us"] for row in rows if row["delay_us"] == delay)
-                    for delay in DELAYS_US
-                }
-                summary[f"{shape} {kind}: {name}"] = {"hidden_us": hidden_us(means), "us_by_delay": means}
-                if kind == "do_bench":
-                    summary[f"{shape} {kind}: {name}"]["samples_at_0"] = statistics.median(
-                        row["samples"] for row in rows if row["delay_us"] == 0
-                    )
-    return results.write(hold_ns=_flush.HOLD_NS, gemm="one-row BF16", rounds=rounds, summary=summary)
+    summary = summarize(results.rows)
+    print(table(summary))
+    return results.write(hold_ns=_hold.HOLD_NS, hold_pace=_hold.HOLD_PACE, rounds=rounds, summary=summary)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per shape, loop and flush: the median over rounds at each delay, the host time hidden,
+    and for do_bench its samples at no delay (median and the rounds' range)."""
+    summary: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys((row["shape"], row["loop"], row["flush"]) for row in rows):
+        mine = [row for row in rows if (row["shape"], row["loop"], row["flush"]) == key]
+        means = {d: statistics.median(row["us"] for row in mine if row["delay_us"] == d) for d in DELAYS_US}
+        found: dict[str, Any] = {"hidden_us": hidden_us(means), "us_by_delay": means}
+        if key[1] == "do_bench":
+            at_0 = [row["samples"] for row in mine if row["delay_us"] == 0]
+            found.update(samples_at_0=statistics.median(at_0), samples_at_0_range=[min(at_0), max(at_0)])
+        summary[" ".join((key[0], key[1] + ":", key[2]))] = found
+    return summary
+
+
+def table(summary: dict[str, dict[str, Any]]) -> str:
+    lines = [f"{'case':52} {'hidden us':>9} {'us at 0':>8} {'samples at 0':>14}"]
+    for name, m in summary.items():
+        samples = f"{m['samples_at_0']:.0f} {m['samples_at_0_range']}" if "samples_at_0" in m else ""
+        lines.append(f"{name:52} {m['hidden_us']:9d} {m['us_by_delay'][0]:8.2f} {samples:>14}")
+    return "\n".join(lines)

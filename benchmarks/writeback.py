@@ -24,22 +24,23 @@ METRICS = ("dram__bytes_write.sum", "dram__bytes_read.sum", "gpu__time_duration.
 # for each case, REPS GEMMs (cuBLAS, one or two kernels each) and then REPS probe reads.
 SCRIPT = """
 import torch
-from cleanflush import _flush, _measure
+from cleanflush import _measure, _read
+from benchmarks.common import read_alone
 MiB = 1 << 20
 dev = torch.device("cuda", 0)
 fn, _, _ = _measure.one_row_gemm({n}, {k})
 zbuf = torch.empty(256 * MiB // 4, dtype=torch.int32, device=dev)
-_flush.prepare(dev)
-l2 = _flush.l2_bytes(dev)
+_read.prepare(dev)
+l2 = _read.l2_bytes(dev)
 probe = torch.zeros(2 * l2 // 4, dtype=torch.float32, device=dev)
 sink = torch.zeros((), device=dev)
 def clean():
-    _flush.read(dev, 256 * MiB)  # clean reads: L2 holds no dirty line afterwards
+    read_alone(dev, 256 * MiB)  # clean reads: L2 holds no dirty line afterwards
 def run(flush, timed):
     clean(); flush(); torch.cuda.nvtx.range_push("timed"); timed(); torch.cuda.nvtx.range_pop()
 cases = [(lambda x=x: zbuf[: x * MiB // 4].zero_()) for x in {sizes}]
-cases.append(lambda: (zbuf.zero_(), _flush.read(dev, _flush.read_bytes(l2, zbuf.numel() * 4))))  # write-read
-cases.append(lambda: _flush.read(dev, _flush.read_bytes(l2, 0)))                                 # read
+cases.append(lambda: (zbuf.zero_(), read_alone(dev, _read.read_bytes(l2, zbuf.numel() * 4))))  # write-read
+cases.append(lambda: read_alone(dev, _read.read_bytes(l2, 0)))                                 # read
 _measure.warm_up(fn, 1.0)
 torch.cuda.profiler.start()
 for flush in cases:

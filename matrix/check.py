@@ -56,7 +56,7 @@ record["rewrapped"] = all(getattr(vars(o)[n], "__wrapped__", None) is orig for o
 # 2. the flush sequence on CPU tensors, per policy
 from cleanflush import _flush  # noqa: E402
 
-_flush.prepare(torch.device("cpu"))
+_flush.prepare(torch.device("cpu"))  # the one allocation, outside the recorded sequence
 sequences = {}
 for label, cls in triton_patch.driver_classes():
     clear_owner = patching.defining_class(cls, "clear_cache")

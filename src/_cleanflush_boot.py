@@ -37,9 +37,9 @@ TRIGGERS = frozenset(
         "common",
     )
 )
-# cleanflush._env.OFF (and the line in cleanflush.pth), which this module cannot import; a test
-# checks the three agree.
-OFF = frozenset(("0", "off", "false", "no"))
+# The values of CLEANFLUSH that switch cleanflush off: written here alone (cleanflush._env
+# takes them from here), since this module reads them before anything is imported.
+OFF = ("0", "off", "false", "no")
 
 
 class _WakeOnImport:

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import cleanflush
-from cleanflush import _state
+from cleanflush import _policy, _state
 
 pytest_plugins = ["pytester"]
 if "mutmut" in sys.modules:  # a mutation run: let the children see the mutants (docs/development.md)
@@ -49,7 +49,7 @@ def fresh_install():
 
         forget_hits_so_far()
     yield
-    assert not _state.STATE.open_blocks, "the test left a cleanflush.policy block open"
+    assert not _policy.open_blocks(), "the test left a cleanflush.policy block open"
 
 
 # What a user sets; the mutation run's own CLEANFLUSH_MUTMUT_HITS must reach every child.

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import cleanflush
-from cleanflush import _flush
+from cleanflush import _read
 from cleanflush.patches import _local_buffer
 from cleanflush.patches import flashinfer as patch
 
@@ -212,7 +212,7 @@ def test_bench_kineto_runs_stock_when_a_kernel_name_would_pick_the_read(kineto_o
 
 def test_the_read_kernel_name_is_not_picked_by_common_kernel_filters():
     for name in ("reduce", "gemm", "nvjet", "FillFunctor", "fp8", "dispatch", "combine", "attention"):
-        assert name not in _flush.READ_KERNEL
+        assert name not in _read.READ_KERNEL
 
 
 def test_the_deprecated_size_alone_turns_the_flush_on():

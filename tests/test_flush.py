@@ -1,24 +1,25 @@
-import json
+"""The flush's one way in, ``_flush.flush``: what each policy runs around a stock write, on
+real CPU tensors (the read is torch's sum there), how much it reads and writes, and its
+fallbacks."""
+
 import sys
-import types
 
 import pytest
 import torch
 
 import cleanflush
-from cleanflush import _flush, _state
+from cleanflush import _flush, _read, _seam
+from cleanflush.patches._tensor import flushing_tensor, plain_tensor
 
-from .conftest import run_python
 from .ops import OpRecorder, overlaps
 
 MiB = 1 << 20
-STAND_IN_CALLS = types.SimpleNamespace(signal="signal")  # Calls, where pinned memory needs CUDA
 
 
 def run_flush(cache):
     _flush.prepare(cache.device)  # the one allocation per device, outside the record
     with OpRecorder() as rec:
-        _flush.flush(cache, cache.zero_, "test")
+        _flush.flush("test", write=cache.zero_, cache=cache)
     return rec
 
 
@@ -28,7 +29,7 @@ def assert_clean_read(op, cache, written):
     data = args[0]
     assert data.dtype == torch.float32  # never the int32 cache widened to int64
     assert not overlaps(data, cache)  # a region disjoint from the dirty lines
-    assert data.numel() * 4 >= _flush.read_bytes(0, written)
+    assert data.numel() * 4 >= _read.read_bytes(0, written)
     assert kwargs.get("out") is not None  # into a preallocated scalar: no allocation
 
 
@@ -60,10 +61,11 @@ def test_write_policy_is_stock():
 
 def test_no_allocation_after_the_first_flush():
     cache = torch.empty(1024, dtype=torch.int32)
-    _flush.flush(cache, cache.zero_, "test")
-    buffer, sink = _state.STATE.buffers[cache.device][:2]
+    _flush.flush("test", write=cache.zero_, cache=cache)
+    entry = _read.READS.buffers[cache.device]
+    buffer, sink = entry.buffer, entry.sink
     with OpRecorder() as rec:
-        _flush.flush(cache, cache.zero_, "test")
+        _flush.flush("test", write=cache.zero_, cache=cache)
     assert not {"zeros", "empty"} & set(rec.names)
     _, args, kwargs = rec.ops[-1]
     assert args[0].data_ptr() == buffer.data_ptr()
@@ -81,7 +83,7 @@ def test_no_allocation_after_the_first_flush():
     ],
 )
 def test_read_size(l2, written, expected):
-    assert _flush.read_bytes(l2, written) == expected
+    assert _read.read_bytes(l2, written) == expected
 
 
 @pytest.fixture
@@ -90,7 +92,7 @@ def fake_l2(monkeypatch):
     floor): returns the fake size to set; the read buffer is made again for it."""
 
     def set_l2(nbytes):
-        monkeypatch.setattr(_flush, "l2_bytes", lambda device: nbytes)
+        monkeypatch.setattr(_read, "l2_bytes", lambda device: nbytes)
         _flush.release()
         return nbytes
 
@@ -116,7 +118,7 @@ def test_the_read_covers_what_the_l2_and_the_write_ask_for(fake_l2, policy, writ
 
 def test_a_large_l2_gets_a_buffer_of_twice_its_size(fake_l2):
     l2 = fake_l2(160 * MiB)
-    entry = _flush.prepare(torch.device("cpu"))
+    entry = _read.prepare(torch.device("cpu"))
     assert entry.l2 == l2 and entry.buffer.numel() * 4 == 2 * l2
     cache = torch.empty(16, dtype=torch.int32)
     with cleanflush.policy("read"):
@@ -132,13 +134,10 @@ def holding(monkeypatch, fake_l2):
     """A CPU read buffer for an L2 of 1 MiB whose read can hold the stream, as on a GPU: its
     two kernels are stand-ins that record how many bytes each read covers.  Returns that list."""
     fake_l2(MiB)
-    device = torch.device("cpu")
+    entry = _read.prepare(torch.device("cpu"))
     reads = []
-    entry = _flush.prepare(device)._replace(
-        sweep=lambda data, out, call: reads.append(data.numel() * 4),
-        held=lambda data, out, call, ns: reads.append(data.numel() * 4),
-    )
-    monkeypatch.setitem(_state.STATE.buffers, device, entry)
+    monkeypatch.setattr(entry, "sweep", lambda data, out, call: reads.append(data.numel() * 4))
+    monkeypatch.setattr(entry, "held", lambda data, out, call, ns: reads.append(data.numel() * 4))
     return reads
 
 
@@ -146,7 +145,7 @@ def owned_flush(cache, policy="write-read"):
     """A flush of ``cache`` as Triton's clear_cache runs it: its stock zero_, and the same
     write on a head of the cache where cleanflush owns the write."""
     with cleanflush.policy(policy), OpRecorder() as rec:
-        _flush.flush(cache, cache.zero_, "test", lambda head: head.zero_())
+        _flush.flush("test", write=cache.zero_, cache=cache, write_part=lambda head: head.zero_())
     return rec
 
 
@@ -194,7 +193,7 @@ def test_a_flush_in_a_loop_takes_its_views_once_and_never_keeps_the_cache_alive(
 def test_a_chosen_read_region_follows_the_whole_stock_write(holding):
     # verify --controls breaks the read after the stock write, where a broken read does the most harm
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
-    with _flush.read_region(lambda cache, region, l2: region[: l2 // 2 // 4]):
+    with _seam.read_region(lambda cache, region, l2: region[: l2 // 2 // 4]):
         rec = owned_flush(cache)
     assert rec.ops[0][1][0] is cache and not cache.any()
     assert holding == [MiB // 2]
@@ -219,19 +218,19 @@ def test_the_read_policy_still_reads_the_stock_bytes_and_writes_nothing(holding)
 
 
 def test_a_write_the_harness_owns_is_whole_and_the_read_two_l2(holding):
-    # Inductor's inline write (after_write) and every flush without write_head: all of it
+    # Inductor's inline write and every flush without write_part: all of it
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
     with cleanflush.policy("write-read"):
-        _flush.flush(cache, cache.zero_, "test")
-        _flush.after_write(torch.device("cpu"), 256 * MiB, "inline")
+        _flush.flush("test", write=cache.zero_, cache=cache)
+        _flush.flush("inline", device=torch.device("cpu"), written=256 * MiB)
     assert not cache.any() and holding == [252 * MiB, 2 * MiB]
 
 
 def test_a_read_that_fails_after_the_head_falls_back_to_the_whole_stock_write(holding, monkeypatch):
-    def broken(device, nbytes, cache=None, hold=False):
+    def broken(*args):
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(_flush, "read", broken)
+    monkeypatch.setattr(_read, "read", broken)
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
     with pytest.warns(RuntimeWarning, match="fall back to the stock write"):
         owned_flush(cache)
@@ -242,7 +241,7 @@ def test_a_read_that_fails_after_the_head_falls_back_to_the_whole_stock_write(ho
 @pytest.mark.parametrize("write, args, value", [("zero_", (), 0), ("random_", (5, 6), 5)])
 def test_a_handed_out_cache_tensor_writes_its_head(holding, write, args, value):
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
-    flushing = _flush.flushing_tensor(cache, "test", write=write)
+    flushing = flushing_tensor(cache, "test", write=write)
     with cleanflush.policy("write-read"):
         getattr(flushing, write)(*args)
     written = MiB // 8 // 4
@@ -251,29 +250,29 @@ def test_a_handed_out_cache_tensor_writes_its_head(holding, write, args, value):
 
 
 @pytest.mark.parametrize("policy, counted", [("write-read", "write-read"), ("read", "write-read"), ("write", "write")])
-def test_after_write_reads_one_l2_or_what_was_written(fake_l2, policy, counted):
+def test_a_read_after_an_inline_write_covers_one_l2_or_what_was_written(fake_l2, policy, counted):
     # Inductor's inline write: None means one L2 of it (InductorBenchmarker's buffer)
     fake_l2(100 * MiB)
     device = torch.device("cpu")
     _flush.prepare(device)
     with cleanflush.policy(policy), OpRecorder() as rec:
-        _flush.after_write(device, None, "inline")
-        _flush.after_write(device, 16 * MiB, "inline")
+        _flush.flush("inline", device=device, written=None)
+        _flush.flush("inline", device=device, written=16 * MiB)
     sizes = [args[0].numel() * 4 for name, args, _ in rec.ops if name == "sum"]
     assert sizes == ([] if policy == "write" else [200 * MiB, 240 * MiB])
     assert cleanflush.flush_counts() == {("inline", counted): 2}
 
 
 def test_failed_read_falls_back_to_the_stock_write_and_says_so_once(monkeypatch):
-    def broken(device, nbytes, cache=None, hold=False):
+    def broken(*args):
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(_flush, "read", broken)
+    monkeypatch.setattr(_read, "read", broken)
     cache = torch.full((16,), 3, dtype=torch.int32)
     with cleanflush.policy("read"), pytest.warns(RuntimeWarning, match="fall back to the stock write") as caught:
-        _flush.flush(cache, cache.zero_, "test")
+        _flush.flush("test", write=cache.zero_, cache=cache)
         cache.fill_(3)
-        _flush.flush(cache, cache.zero_, "test")
+        _flush.flush("test", write=cache.zero_, cache=cache)
     assert len(caught) == 1
     # points at the line that flushed, not into cleanflush (under mutmut its trampoline's
     # frames sit between: that is the caller it sees)
@@ -288,520 +287,13 @@ def test_failed_read_falls_back_to_the_stock_write_and_says_so_once(monkeypatch)
     )
 
 
-def test_read_buffer_is_allocated_from_a_thread_of_its_own(monkeypatch):
-    # CUDA-graph trees route the calling thread's allocations into a graph pool while they
-    # warm up; the buffer must come from another thread (the GPU proof: the max-autotune
-    # test in tests/gpu).  Here: which thread called the allocator.
-    import threading
-
-    real_zeros = torch.zeros
-    threads = []
-
-    def zeros(*args, **kwargs):
-        threads.append(threading.current_thread().name)
-        return real_zeros(*args, **kwargs)
-
-    monkeypatch.setattr(torch, "zeros", zeros)
-    _flush.release()
-    _flush.prepare(torch.device("cpu"))
-    assert threads == ["cleanflush-prepare", "cleanflush-prepare"]
-
-
-# The named read kernel (on CUDA): its sum, its name, and torch's sum where it cannot be built
-
-SWEEP_CHECK = """
-import json, torch
-from cleanflush import _sweep
-out = {}
-signal = torch.zeros(2, dtype=torch.int64)
-for n in (1, 4095, 4096, 3 * 4096 * 5 + 7):
-    data = torch.zeros(n, dtype=torch.float32)  # the read buffer: zeros
-    sink = torch.zeros((), dtype=torch.float32)
-    sweep = _sweep.build(data, sink, signal, 3)  # compiles, checks itself, leaves the zeros
-    out[f"zeros left {n}"] = [float(data.abs().sum()), 0.0]
-    out[f"signal left {n}"] = [signal.tolist(), [0, 0]]
-    data.copy_(torch.arange(n, dtype=torch.float32) % 7)
-    sink.zero_()
-    sweep(data, sink, 40 + n)
-    out[n] = [float(sink), float(data.sum())]
-    out[f"started {n}"] = [signal.tolist(), [0, 40 + n]]  # the read marks its call, the host's count untouched
-sink.zero_()
-sweep(data[:5000], sink, 3)  # a prefix, as the read after a write asks
-out["prefix"] = [float(sink), float(data[:5000].sum())]
-print(json.dumps(out))
-"""
-
-
-def test_the_sweep_kernel_sums_every_element_once():
-    # Triton's interpreter runs the real kernel on CPU tensors
-    child = run_python(SWEEP_CHECK, {"TRITON_INTERPRET": "1"})
-    assert child.returncode == 0, child.stderr
-    for n, (swept, expected) in json.loads(child.stdout).items():
-        assert swept == expected, n
-
-
-def test_the_sweep_kernel_name_matches_no_name_filter():
-    pytest.importorskip("triton")
-    from cleanflush import _sweep
-
-    assert _sweep.cleanflush_l2_sweep.fn.__name__ == _flush.READ_KERNEL == "cleanflush_l2_sweep"
-    # substrings and names that timers look for or drop (harnesses.md): DeepGEMM's and
-    # SGLang's bench_kineto tests, tritonbench's CACHE_CLEAR_KERNEL, torch's own kernels
-    for name in ("reduce", "gemm", "nvjet", "FillFunctor", "elementwise", "sum", "kernel", "fused", "triton_"):
-        assert name.lower() not in _flush.READ_KERNEL.lower(), name
-
-
-def test_read_runs_the_sweep_when_there_is_one(monkeypatch):
-    device = torch.device("cpu")
-    calls = []
-    entry = _flush.prepare(device)
-    monkeypatch.setitem(
-        _state.STATE.buffers, device, entry._replace(sweep=lambda data, out, call: calls.append((data, out, call)))
-    )
-    with OpRecorder() as rec:
-        _flush.read(device, 64 * MiB)
-    assert rec.names == []  # not torch's sum
-    ((data, out, call),) = calls
-    assert (
-        data.data_ptr() == entry.buffer.data_ptr() and data.numel() * 4 == 64 * MiB and out is entry.sink and call == 0
-    )  # no signal on CPU
-
-
-# The hold: after a flush that found its stream empty, the stream stays busy HOLD_NS
-
-
-@pytest.fixture
-def held(monkeypatch):
-    """A CPU read buffer whose sweep (plain and held) record their calls, in order, with each
-    ``caught_up`` question; ``held(caught)`` sets the answer."""
-    device = torch.device("cpu")
-    calls = []
-    entry = _flush.prepare(device)._replace(
-        sweep=lambda data, out, call: calls.append("sweep"), held=lambda data, out, call, ns: calls.append(("held", ns))
-    )
-    monkeypatch.setitem(_state.STATE.buffers, device, entry)
-    answer = {}
-
-    def caught_up(device):
-        calls.append("asked")
-        return answer["idle"]
-
-    monkeypatch.setattr(_flush, "caught_up", caught_up)
-
-    def set_idle(idle):
-        answer["idle"] = idle
-        calls.clear()
-        return calls
-
-    return set_idle
-
-
-@pytest.mark.parametrize(
-    "policy, idle, expected",
-    [
-        ("write-read", True, ["asked", "zero_", ("held", _flush.HOLD_NS)]),
-        ("read", True, ["asked", ("held", _flush.HOLD_NS)]),
-        ("write-read", False, ["asked", "zero_", "sweep"]),
-        ("read", False, ["asked", "sweep"]),
-        ("write", True, ["zero_"]),  # the stock flush: nothing added
-    ],
-)
-def test_a_flush_that_finds_the_gpu_caught_up_reads_with_the_hold(held, policy, idle, expected):
-    calls = held(idle)
-    cache = torch.full((16,), 7, dtype=torch.int32)
-    with cleanflush.policy(policy):
-        _flush.flush(cache, lambda: (calls.append("zero_"), cache.zero_()), "test")
-    assert calls == expected  # asked before the write, which fills the stream
-
-
-def test_the_read_alone_holds_only_when_asked(held):
-    calls = held(True)
-    _flush.read(torch.device("cpu"), MiB)
-    _flush.read(torch.device("cpu"), MiB, hold=True)
-    assert calls == ["sweep", ("held", _flush.HOLD_NS)]
-
-
-# The handshake: the host numbers its read calls, the kernel marks the one it started
-
-
-def test_calls_are_numbered_in_host_memory_and_caught_up_means_the_last_one_started():
-    signal = torch.zeros(2, dtype=torch.int64)  # plain CPU memory, as the kernel sees pinned memory
-    calls = _flush.Calls(signal)
-    assert calls.caught_up()  # nothing called yet
-    assert [calls.next(), calls.next()] == [1, 2] and signal.tolist() == [2, 0]
-    assert not calls.caught_up()  # the GPU has started neither read
-    signal[1] = 1
-    assert not calls.caught_up()  # the first, not the last
-    signal[1] = 2  # as the kernel marks it
-    assert calls.caught_up()
-
-
-def test_each_read_takes_the_next_call_number(monkeypatch):
-    device = torch.device("cpu")
-    seen = []
-    calls = _flush.Calls(torch.zeros(2, dtype=torch.int64))
-    entry = _flush.prepare(device)._replace(
-        sweep=lambda data, out, call: seen.append(("sweep", call)),
-        held=lambda data, out, call, ns: seen.append(("held", call, ns)),
-        calls=calls,
-    )
-    monkeypatch.setitem(_state.STATE.buffers, device, entry)
-    _flush.read(device, MiB)
-    _flush.read(device, MiB, hold=True)
-    _flush.read(device, MiB)  # lets the held read go: the host's count passes its call
-    assert seen == [("sweep", 1), ("held", 2, _flush.HOLD_NS), ("sweep", 3)] and calls.signal.tolist() == [3, 0]
-
-
-def test_a_hold_lasts_twice_the_hosts_time_between_two_flushes_and_never_over_its_bound():
-    now = [0]
-    calls = _flush.Calls(torch.zeros(2, dtype=torch.int64), clock=lambda: now[0])
-    assert calls.hold_ns() == _flush.HOLD_NS  # nothing known yet
-    calls.arrived()
-    calls.next()
-    now[0] += 9_000  # the flush's own host time is not the loop's
-    calls.left()
-    now[0] += 30_000  # the start event, the timed call, the end event, the loop
-    calls.arrived()
-    assert calls.hold_ns() == 2 * 30_000
-    calls.next()
-    calls.left()
-    now[0] += 400_000  # a loop that synchronizes after each call: the whole bound
-    calls.arrived()
-    assert calls.hold_ns() == _flush.HOLD_NS
-    calls.next()
-    calls.left()  # a read with no flush come to since (the read alone): not known, the bound
-    assert calls.hold_ns() == _flush.HOLD_NS
-
-
-@pytest.fixture
-def cuda_calls(monkeypatch):
-    """cuda:1 with a read buffer whose Calls live in CPU memory, its stream busy, no capture:
-    returns (device, signal)."""
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(False))
-    cuda = torch.device("cuda", 1)
-    signal = torch.zeros(2, dtype=torch.int64)
-    entry = _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, _flush.Calls(signal), _flush.Views())
-    monkeypatch.setitem(_state.STATE.buffers, cuda, entry)
-    return cuda, signal
-
-
-def test_caught_up_when_the_gpu_started_the_last_read_though_its_stream_is_busy(cuda_calls, monkeypatch):
-    # do_bench on a host slower than the GPU: the last timed call may still run
-    cuda, signal = cuda_calls
-    signal.copy_(torch.tensor([5, 5]))
-    assert _flush.caught_up(cuda) is True
-    signal[1] = 4  # the last read still queued: a backlog that covers the host
-    assert _flush.caught_up(cuda) is False
-    assert _flush.caught_up(torch.device("cuda", 6)) is False  # busy, and no read buffer there yet
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(True))
-    assert _flush.caught_up(cuda) is True  # an empty stream is caught up whatever the marks say
-
-
-def test_flushes_in_a_loop_hold_as_long_as_twice_the_hosts_time_between_them(cuda_calls, monkeypatch):
-    cuda, signal = cuda_calls
-    now = [0]
-    holds = []
-    entry = _state.STATE.buffers[cuda]._replace(
-        held=lambda data, out, call, ns: holds.append(ns), calls=_flush.Calls(signal, clock=lambda: now[0])
-    )
-    monkeypatch.setitem(_state.STATE.buffers, cuda, entry)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(True))  # caught up: the stream is empty
-    with cleanflush.policy("read"):
-        for gap in (500_000, 20_000, 45_000, 90_000):  # the host's time from one flush's read to the next flush
-            now[0] += gap
-            _flush.around(lambda: None, cuda, 0, "loop")
-    assert holds == [_flush.HOLD_NS, 40_000, 90_000, _flush.HOLD_NS]
-
-
-def test_not_caught_up_during_capture_or_on_errors(cuda_calls, monkeypatch):
-    cuda, signal = cuda_calls
-    signal.copy_(torch.tensor([5, 5]))
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert _flush.caught_up(cuda) is False  # a captured read's call number is stale at replay
-
-    def gone():
-        raise RuntimeError("device lost")
-
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", gone)
-    assert _flush.caught_up(cuda) is False
-
-
-@pytest.mark.parametrize("caught", [True, False])
-def test_the_read_after_an_inline_write_holds_when_caught_up(held, caught):
-    calls = held(caught)
-    _flush.after_write(torch.device("cpu"), 64, "inline")
-    assert calls == ["asked", ("held", _flush.HOLD_NS) if caught else "sweep"]
-
-
-def test_a_forked_child_does_not_touch_the_parents_read_buffers():
-    import os
-
-    _flush.prepare(torch.device("cpu"))
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its buffers start empty (the parent's pinned signal is not mapped here)
-        os.write(write_end, b"1" if not _state.STATE.buffers and not _state.STATE.write_read_kernels else b"0")
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert os.read(read_end, 1) == b"1" and _state.STATE.buffers  # the parent keeps its own
-
-
-class Stream:
-    def __init__(self, empty):
-        self.empty = empty
-
-    def query(self):
-        if isinstance(self.empty, Exception):
-            raise self.empty
-        return self.empty
-
-
-@pytest.mark.parametrize("empty", [True, False])
-def test_found_idle_asks_the_current_stream_of_a_cuda_device(monkeypatch, empty):
-    asked = []
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: asked.append(device) or Stream(empty))
-    cuda = torch.device("cuda", 1)
-    assert _flush.found_idle(cuda) is empty and asked == [cuda]
-
-
-def test_found_idle_is_false_on_cpu_under_capture_and_on_errors(monkeypatch):
-    def no_stream(device):
-        raise AssertionError("a capturing stream must not be queried")
-
-    assert _flush.found_idle(torch.device("cpu")) is False
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_stream", no_stream)
-    assert _flush.found_idle(torch.device("cuda", 0)) is False
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream(RuntimeError("device lost")))
-    assert _flush.found_idle(torch.device("cuda", 0)) is False
-
-
-def test_a_hold_that_cannot_be_built_is_said_once_and_shown(monkeypatch):
-    pytest.importorskip("triton")
-    from cleanflush import _sweep
-
-    def broken(*args):
-        raise RuntimeError("no %globaltimer\nmore lines")
-
-    monkeypatch.setattr(_sweep, "build_held", broken)
-    monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
-    cuda = types.SimpleNamespace(device=torch.device("cuda", 0))  # stands in for a CUDA buffer
-    with pytest.warns(RuntimeWarning) as caught:
-        assert _flush._build_held(cuda, None, STAND_IN_CALLS) is None
-        assert _flush._build_held(cuda, None, STAND_IN_CALLS) is None
-    assert [str(w.message) for w in caught] == [
-        "cleanflush: the read kernel's hold could not be built on cuda:0 (RuntimeError: no %globaltimer); "
-        "write-read writes the whole cache, and where the GPU catches up with the host, host time after the read "
-        "can show in the timing"
-    ]
-    row = {r.target: r for r in cleanflush.status()}["read kernel's hold on cuda:0"]
-    assert not row.patched and "no %globaltimer" in row.detail and "more lines" not in row.detail
-
-
-def test_a_sweep_that_cannot_be_built_leaves_the_sum_and_says_so(monkeypatch):
-    from cleanflush import _sweep
-
-    monkeypatch.setattr(_flush, "Calls", lambda: STAND_IN_CALLS)  # pinned memory needs CUDA
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("PTX too new\nmore lines")
-
-    monkeypatch.setattr(_sweep, "build", broken)
-    monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
-    cuda = types.SimpleNamespace(device=torch.device("cuda", 0))  # stands in for a CUDA buffer
-    with pytest.warns(RuntimeWarning, match="cleanflush_l2_sweep could not be built on cuda:") as caught:
-        assert _flush._build_sweep(cuda, None) == (None, None)
-        assert _flush._build_sweep(cuda, None) == (None, None)
-        assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cuda", 1)), None) == (None, None)
-    assert [str(w.message) for w in caught] == [
-        f"cleanflush: the read kernel cleanflush_l2_sweep could not be built on cuda:{i} (RuntimeError: PTX too "
-        "new); the read runs as torch's sum, which timers that pick kernels by name can mistake for the kernel "
-        "under test"
-        for i in (0, 1)
-    ]
-    row = {r.target: r for r in cleanflush.status()}["read kernel on cuda:0"]
-    assert not row.patched and "RuntimeError: PTX too new" in row.detail and "more lines" not in row.detail
-    assert _flush._build_sweep(types.SimpleNamespace(device=torch.device("cpu")), None) == (None, None)  # CPU: the sum
-
-
-class FakeKernel:
-    """Stands in for the Triton kernel: ``kernel[grid](...)`` (the JIT launch) sums with
-    torch, marks its call in the signal, and returns a compiled kernel whose direct runner
-    takes ``takes`` arguments (Triton 3.3+ passes the constexprs too, older versions do not;
-    other lists raise).  ``right=False``: every launch writes a wrong sum; ``marks=False``:
-    none writes its mark (a GPU that cannot see the signal)."""
-
-    def __init__(self, takes, right=True, marks=True):
-        self.takes, self.right, self.marks, self.launched = takes, right, marks, []
-
-    def _sum(self, how, data, out, n, signal, call):
-        self.launched.append(how)
-        out += data[:n].sum() if self.right else -1.0
-        if self.marks:
-            signal[1] = call
-
-    def __getitem__(self, grid):
-        def jit(data, out, n, signal, call, hold_ns, BLOCK, HOLD, num_warps):
-            self._sum("jit", data, out, n, signal, call)
-            return Compiled(self)
-
-        return jit
-
-
-class Compiled:
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __getitem__(self, grid):
-        def runner(*args):
-            if len(args) != self.kernel.takes:
-                raise TypeError(f"expected {self.kernel.takes} arguments, got {len(args)}")
-            self.kernel._sum(f"direct/{len(args)}", *args[:5])
-
-        return runner
-
-
-@pytest.mark.parametrize("takes, used", [(8, "direct/8"), (6, "direct/6"), (9, "jit")])
-def test_the_sweep_launches_the_way_its_triton_takes(monkeypatch, takes, used):
-    pytest.importorskip("triton")
-    from cleanflush import _sweep
-
-    kernel = FakeKernel(takes)
-    monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", kernel)
-    buffer, sink, signal = torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), torch.zeros(2, dtype=torch.int64)
-    sweep = _sweep.build(buffer, sink, signal, 2)
-    assert float(buffer.abs().sum()) == 0 and signal.tolist() == [0, 0]  # the check's ones and mark are gone
-    kernel.launched.clear()
-    buffer[:10] = 3.0
-    sink.zero_()
-    sweep(buffer[:8], sink, 12)
-    assert kernel.launched == [used] and float(sink) == 24.0 and signal.tolist() == [0, 12]
-
-
-@pytest.mark.parametrize("kernel", [FakeKernel(6, right=False), FakeKernel(6, marks=False)], ids=["sum", "mark"])
-def test_a_sweep_that_never_sums_right_or_never_marks_its_call_is_not_used(monkeypatch, kernel):
-    pytest.importorskip("triton")
-    from cleanflush import _sweep
-
-    monkeypatch.setattr(_sweep, "cleanflush_l2_sweep", kernel)
-    with pytest.raises(RuntimeError, match=r"no launch of the read kernel summed right \(direct, direct wi"):
-        _sweep.build(torch.zeros(4 * _sweep.BLOCK), torch.zeros(()), torch.zeros(2, dtype=torch.int64), 2)
-
-
-@pytest.mark.parametrize(
-    "waited, released, used",
-    [
-        (140_000, 40_000, True),  # held its bound, let go by the call (both with ~40 us of launch latency)
-        (140_000, 135_000, False),  # never let go: the kernel cannot see the host's count
-        (60_000, 20_000, False),  # no hold at all (no clock)
-        (None, 20_000, False),  # a wrong sum
-        (140_000, None, False),
-    ],
-)
-def test_a_hold_is_used_only_where_it_holds_its_bound_and_a_call_lets_it_go(monkeypatch, waited, released, used):
-    pytest.importorskip("triton")
-    from cleanflush import _sweep
-
-    spans, counts = [waited, released], []
-
-    def held_ns(launch, probe, sink, ns):
-        counts.append(int(signal[0]))  # what the host's count was at each launch
-        return spans[len(counts) - 1]
-
-    monkeypatch.setattr(_sweep, "_held_ns", held_ns)
-    signal = torch.zeros(2, dtype=torch.int64)
-    buffer = torch.zeros(4 * _sweep.BLOCK)
-    assert _sweep._holds_right(None, buffer, torch.zeros(()), signal, 100_000) is used
-    assert counts == [_sweep.CHECK_CALL, _sweep.CHECK_CALL + 1]  # first no call after it, then one
-    assert signal.tolist() == [0, 0] and float(buffer.abs().sum()) == 0  # left as found
-
-
-def test_l2_size_comes_from_the_cuda_device_properties(monkeypatch):
-    # stands in for torch.cuda.get_device_properties, which needs a GPU
-    seen = []
-
-    def properties(device):
-        seen.append(device)
-        return types.SimpleNamespace(L2_cache_size=62914560)
-
-    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
-    assert _flush.l2_bytes(torch.device("cuda", 1)) == 62914560 and seen == [torch.device("cuda", 1)]
-    assert _flush.l2_bytes(torch.device("cpu")) == 0 and len(seen) == 1
-
-
-def test_no_buffer_is_made_during_capture(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    with pytest.raises(_flush.ReadUnavailable, match="^the read buffer cannot be allocated during CUDA graph capture$"):
-        _flush.prepare(torch.device("cuda", 0))
-    assert cleanflush._state.STATE.read_unavailable == {}  # the next flush outside capture may make it
-
-
-def test_the_buffer_is_float32_whatever_the_default_dtype():
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        entry = _flush.prepare(torch.device("cpu"))
-    finally:
-        torch.set_default_dtype(default)
-    assert entry.buffer.dtype == entry.sink.dtype == torch.float32 and entry.sink.dim() == 0
-    assert float(entry.buffer.abs().sum()) == 0.0
-
-
-def test_a_buffer_that_cannot_be_made_is_said_and_not_tried_again(monkeypatch):
-    calls = []
-
-    def no_memory(device, numel):
-        calls.append(numel)
-        raise RuntimeError("CUDA out of memory")
-
-    monkeypatch.setattr(_flush, "_allocate_outside_pools", no_memory)
-    for _ in range(2):
-        with pytest.raises(
-            _flush.ReadUnavailable, match=r"^the read buffer could not be allocated \(CUDA out of memory\)$"
-        ):
-            _flush.prepare(torch.device("cpu"))
-    assert calls == [256 * MiB // 4]  # tried once
-    assert cleanflush._state.STATE.read_unavailable == {
-        "cpu": "the read buffer could not be allocated (CUDA out of memory)"
-    }
-
-
-def test_the_sweep_is_built_for_the_buffer_and_its_device(monkeypatch):
-    from cleanflush import _sweep
-
-    calls = []
-    monkeypatch.setattr(_sweep, "programs_for", lambda device: calls.append(("programs", device)) or 7)
-    monkeypatch.setattr(_sweep, "build", lambda *args: calls.append(("build", *args)) or "the sweep")
-    monkeypatch.setattr(_flush, "Calls", lambda: STAND_IN_CALLS)
-    buffer = types.SimpleNamespace(device=torch.device("cuda", 3))
-    assert _flush._build_sweep(buffer, "sink") == ("the sweep", STAND_IN_CALLS)
-    assert calls == [("programs", torch.device("cuda", 3)), ("build", buffer, "sink", "signal", 7)]
-
-
-def test_a_long_build_error_is_cut_to_one_line_of_200(monkeypatch):
-    from cleanflush import _sweep
-
-    def broken(*args):
-        raise ValueError("x" * 400 + "\nsecond line")
-
-    monkeypatch.setattr(_sweep, "build", broken)
-    monkeypatch.setattr(_sweep, "programs_for", lambda device: 4)
-    monkeypatch.setattr(_flush, "Calls", lambda: STAND_IN_CALLS)
-    with pytest.warns(RuntimeWarning):
-        _flush._build_sweep(types.SimpleNamespace(device=torch.device("cuda", 0)), None)
-    assert cleanflush._state.STATE.sweep_unavailable["cuda:0"] == ("ValueError: " + "x" * 400)[:200]
-
-
 def test_a_failed_read_after_an_inline_write_names_its_target(monkeypatch):
-    def broken(device, nbytes, cache=None, hold=False):
+    def broken(*args):
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(_flush, "read", broken)
+    monkeypatch.setattr(_read, "read", broken)
     with pytest.warns(RuntimeWarning, match="^cleanflush: the clean read could not run in Inductor.x on cpu"):
-        _flush.after_write(torch.device("cpu"), None, "Inductor.x")
+        _flush.flush("Inductor.x", device=torch.device("cpu"), written=None)
     assert cleanflush.flush_counts() == {("Inductor.x", "write"): 1}
 
 
@@ -810,40 +302,23 @@ def test_an_unexpected_cache_object_keeps_the_stock_flush_and_says_so_per_target
     with pytest.warns(RuntimeWarning) as caught:
         for target in ("a", "a", "b"):
             stock = lambda target=target: ran.append(target) or "stock result"  # noqa: E731
-            assert _flush.flush("not a tensor", stock, target) == "stock result"
+            assert _flush.flush(target, write=stock, cache="not a tensor") == "stock result"
     assert ran == ["a", "a", "b"]
     assert [str(w.message) for w in caught] == [
-        f"cleanflush: {t}: it flushed an unexpected cache object ('str' object has no attribute 'device'); "
-        "its stock flush runs"
-        for t in ("a", "b")
+        f"cleanflush: {t}: it flushed a str, not a tensor; its stock flush runs" for t in ("a", "b")
     ]
     assert cleanflush.flush_counts() == {("a", "write"): 2, ("b", "write"): 1}
 
 
-def test_the_buffer_is_made_on_the_device_asked_for():
-    buffer, sink = _flush._allocate_outside_pools(torch.device("meta"), 16)  # no memory: shapes only
-    assert buffer.device.type == sink.device.type == "meta"
-    assert (buffer.shape, sink.shape, buffer.dtype) == ((16,), (), torch.float32)
-
-
-def test_an_allocation_error_in_the_thread_reaches_the_caller(monkeypatch):
-    def no_memory(*args, **kwargs):
-        raise RuntimeError("boom")
-
-    monkeypatch.setattr(torch, "zeros", no_memory)
-    with pytest.raises(_flush.ReadUnavailable, match=r"could not be allocated \(boom\)"):
-        _flush.prepare(torch.device("cpu"))
-
-
 def test_each_target_says_its_own_failed_read(monkeypatch):
-    def broken(device, nbytes, cache=None, hold=False):
+    def broken(*args):
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(_flush, "read", broken)
+    monkeypatch.setattr(_read, "read", broken)
     cache = torch.zeros(16, dtype=torch.int32)
     with cleanflush.policy("write-read"), pytest.warns(RuntimeWarning) as caught:
         for target in ("one", "two", "one"):
-            _flush.flush(cache, cache.zero_, target)
+            _flush.flush(target, write=cache.zero_, cache=cache)
     assert [str(w.message) for w in caught] == [
         f"cleanflush: the clean read could not run in {t} on cpu (no memory); these flushes fall back to the "
         "stock write"
@@ -855,9 +330,9 @@ def test_a_flushing_tensor_flushes_under_its_own_target_and_is_the_same_storage(
     """One class per target (made once), ``zero_`` returns the tensor as torch's does, and the
     plain tensor behind it is the same storage; anything else passes through ``plain_tensor``."""
     stock = [torch.full((8,), 5, dtype=torch.int32) for _ in range(3)]
-    a, b = _flush.flushing_tensor(stock[0], "harness a"), _flush.flushing_tensor(stock[1], "harness b")
-    again = _flush.flushing_tensor(stock[2], "harness a")
-    assert type(a) is type(again) and type(a) is not type(b) and type(a).__module__ == "cleanflush._flush"
+    a, b = flushing_tensor(stock[0], "harness a"), flushing_tensor(stock[1], "harness b")
+    again = flushing_tensor(stock[2], "harness a")
+    assert type(a) is type(again) and type(a) is not type(b) and type(a).__module__ == "cleanflush.patches._tensor"
     _flush.prepare(torch.device("cpu"))
     with OpRecorder() as rec:
         assert a.zero_() is a
@@ -865,10 +340,10 @@ def test_a_flushing_tensor_flushes_under_its_own_target_and_is_the_same_storage(
         again.zero_()
     assert rec.names == ["zero_", "sum"] * 3 and all(int(t.sum()) == 0 for t in stock)
     assert cleanflush.flush_counts() == {("harness a", "write-read"): 2, ("harness b", "write-read"): 1}
-    plain = _flush.plain_tensor(a)
+    plain = plain_tensor(a)
     assert type(plain) is torch.Tensor and plain.data_ptr() == stock[0].data_ptr()
     other = torch.zeros(2)
-    assert _flush.plain_tensor(other) is other and _flush.plain_tensor("not a tensor") == "not a tensor"
-    moved = _flush.flushing_tensor(a, "harness b")  # handed on to another target: counted there
+    assert plain_tensor(other) is other and plain_tensor("not a tensor") == "not a tensor"
+    moved = flushing_tensor(a, "harness b")  # handed on to another target: counted there
     moved.zero_()
     assert type(moved) is type(b) and cleanflush.flush_counts()[("harness b", "write-read")] == 2

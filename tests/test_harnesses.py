@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import cleanflush
-from cleanflush import _flush
+from cleanflush import _flush, _read
 
 from .conftest import run_python, write_stand_ins
 from .ops import OpRecorder, overlaps
@@ -110,7 +110,7 @@ WRITTEN = {"kernelbench": 256 * MiB, "sol-execbench": 2 * MiB, "deep-ep": int(25
 
 @pytest.mark.parametrize("harness", list(MODULES))
 def test_the_read_is_sized_from_what_the_harness_wrote(stand_ins, harness, monkeypatch):
-    monkeypatch.setattr(_flush, "l2_bytes", lambda device: 100 * MiB)
+    monkeypatch.setattr(_read, "l2_bytes", lambda device: 100 * MiB)
     _flush.release()
     names, rec = bench_ops(harness, "write-read")
     sizes = {args[0].numel() * 4 for name, args, _ in rec.ops if name == "sum"}

@@ -118,12 +118,12 @@ def test_the_read_goes_to_the_current_cuda_device(monkeypatch):
 
 
 def test_no_read_buffer_runs_stock_and_says_why(stand_ins, monkeypatch):
-    from cleanflush import _flush
+    from cleanflush import _read
 
     def unavailable(device):
-        raise _flush.ReadUnavailable("out of memory")
+        raise _read.ReadUnavailable("out of memory")
 
-    monkeypatch.setattr(_flush, "prepare", unavailable)
+    monkeypatch.setattr(_read, "prepare", unavailable)
     bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
     with pytest.warns(RuntimeWarning, match=r"runs stock: no read buffer \(out of memory\)"):
         assert ops(bench_kineto, "write-read") == ["neg"] + ["empty", "zero_", "neg"] * 6
@@ -133,10 +133,10 @@ def test_no_read_buffer_runs_stock_and_says_why(stand_ins, monkeypatch):
 def test_torchs_sum_in_place_of_the_read_kernel_runs_stock_on_cuda(stand_ins, monkeypatch):
     """Where the named kernel could not be built the read would be a reduce_kernel, which
     DeepGEMM's tests pick by 'reduce': the stock benchmark runs instead."""
-    from cleanflush import _flush
+    from cleanflush import _read
 
-    buffer = _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, None, _flush.Views())
-    monkeypatch.setattr(_flush, "prepare", lambda device: buffer)
+    buffer = _read.ReadBuffer(torch.zeros(4), torch.zeros(()), 0)  # no read kernel
+    monkeypatch.setattr(_read, "prepare", lambda device: buffer)
     monkeypatch.setattr(sglang.TARGET, "device", lambda: torch.device("cuda", 0))
     bench_kineto = importlib.import_module("sglang.srt.bench_utils").bench_kineto
     with pytest.warns(RuntimeWarning, match="read kernel cleanflush_l2_sweep is unavailable"):
@@ -181,20 +181,17 @@ def test_each_reason_to_run_stock_is_said(stand_ins, monkeypatch):
     with pytest.warns(RuntimeWarning) as said, SmallCudaWrites():
         bench_kineto(lambda: None, "sweep", num_tests=1)
         monkeypatch.setattr(sglang.TARGET, "device", lambda: torch.device("cuda", 0))
-        from cleanflush import _flush
+        from cleanflush import _read
 
-        monkeypatch.setattr(
-            _flush,
-            "prepare",
-            lambda device: _flush.ReadBuffer(torch.zeros(4), torch.zeros(()), 0, None, None, None, _flush.Views()),
-        )
+        monkeypatch.setattr(_read, "prepare", lambda device: _read.ReadBuffer(torch.zeros(4), torch.zeros(()), 0))
         bench_kineto(lambda: None, "nvjet", num_tests=1)
+    # said once per target (docs/environment.md); status keeps the first reason
     assert [str(w.message) for w in said] == [
         "cleanflush: sglang: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep "
         "would match kernel name 'sweep'; its stock flush runs",
-        "cleanflush: sglang: sglang.srt.bench_utils.bench_kineto runs stock: the read kernel cleanflush_l2_sweep is "
-        "unavailable, and torch's sum would be picked by kernel-name filters; its stock flush runs",
     ]
+    [row] = [r for r in cleanflush.status() if r.target == "flushes in sglang"]
+    assert "would match kernel name 'sweep'" in row.detail
 
 
 def test_too_many_arguments_is_the_stock_codes_error(stand_ins):

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import cleanflush
-from cleanflush import _state
+from cleanflush import _policy, _state
 
 from .conftest import run_python
 
@@ -217,7 +217,7 @@ def test_stress_shared_objects_in_threads_and_tasks():
     for t in threads:
         t.join()
     assert failures == []
-    assert _state.STATE.open_blocks == []
+    assert _policy.open_blocks() == []
     assert os.environ["CLEANFLUSH"] == "write-read"
     assert cleanflush.current_policy() == "write-read"
 
@@ -307,7 +307,6 @@ def test_uninstall_puts_process_start_back_exactly():
 
 
 def test_a_target_with_no_rows_yet_has_none():
-    from cleanflush import _state
 
     assert _state.sites("no-such-target") == []
 

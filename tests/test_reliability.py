@@ -104,10 +104,11 @@ def test_clear_cache_called_another_way_gets_the_callers_arguments_and_counts_th
     for _ in range(2):
         assert triton_patch._clear_cache(stock, None, (cache, 7), {"flag": True}) == "stock result"
     assert [(len(a), a[0] is cache, a[1:], k) for a, k in calls] == [(2, True, (7,), {"flag": True})] * 2
+    triton_patch._clear_cache(stock, None, (cache,), {"stream": 3})  # another shape: not said again
     why = "clear_cache was called as (args=2, kwargs=['flag']), not clear_cache(cache)"
     said = [str(w.message) for w in recwarn if "clear_cache was called" in str(w.message)]
-    assert said == [f"cleanflush: triton: {why}; its stock flush runs"]
-    assert cleanflush.flush_counts() == {("triton", "write"): 2}
+    assert said == [f"cleanflush: triton: {why}; its stock flush runs"]  # once per target, as documented
+    assert cleanflush.flush_counts() == {("triton", "write"): 3}
     row = {r.target: r for r in cleanflush.status()}["flushes in triton"]
     assert (row.state, row.detail) == ("failed", f"{why}: those flushes ran the stock code")
 
@@ -134,11 +135,35 @@ def test_clear_cache_of_a_non_tensor_runs_the_stock_write():
             self.zeroed += 1
 
     buffer = Buffer()
-    with pytest.warns(RuntimeWarning, match="unexpected cache object"):
+    with pytest.warns(RuntimeWarning, match="it flushed a Buffer, not a tensor"):
         for policy in cleanflush.POLICIES:
             with cleanflush.policy(policy):
                 bare_driver().clear_cache(buffer)
     assert buffer.zeroed == 3
+    assert cleanflush.flush_counts() == {("triton", "write"): 3}
+
+
+def test_clear_cache_of_a_cache_whose_device_is_a_string_runs_the_stock_write():
+    # not a tensor, but shaped like one: the idle check once asked its device for a type
+    class Buffer:
+        device = "cuda"
+        zeroed = 0
+
+        def numel(self):
+            return 64
+
+        def element_size(self):
+            return 4
+
+        def zero_(self):
+            self.zeroed += 1
+
+    buffer = Buffer()
+    with pytest.warns(RuntimeWarning, match="it flushed a Buffer, not a tensor") as said:
+        for policy in cleanflush.POLICIES:
+            with cleanflush.policy(policy):
+                bare_driver().clear_cache(buffer)
+    assert buffer.zeroed == 3 and len(said) == 1
     assert cleanflush.flush_counts() == {("triton", "write"): 3}
 
 
@@ -354,7 +379,7 @@ def test_a_fork_while_another_thread_holds_the_policy_lock_does_not_hang():
                     pass
                 if _ < 3:  # and the flush's own lock, allocating the child's read buffer (on CPU)
                     cache = torch.empty(1 << 20, dtype=torch.int32)
-                    cleanflush._flush.flush(cache, cache.zero_, "forked")
+                    cleanflush._flush.flush("forked", write=cache.zero_, cache=cache)
                     if cleanflush.flush_counts() != {("forked", "write-read"): 1}:
                         os._exit(4)
                 os._exit(0 if os.environ["CLEANFLUSH"] == "write-read" else 3)

@@ -19,8 +19,9 @@ import pytest
 import torch
 
 import cleanflush
-from cleanflush import _flush
+from cleanflush import _flush, _read
 from cleanflush.patches import cute_dsl, gpu_mode
+from cleanflush.patches._tensor import flushing_tensor
 
 from .conftest import run_python, write_stand_ins
 from .ops import OpRecorder, overlaps
@@ -43,7 +44,7 @@ def scripts(tmp_path, monkeypatch):
     files["utils.py"] = gpu_mode_utils + textwrap.dedent(PROBLEM_SET_FLUSH)
     write_stand_ins(tmp_path, files)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(_flush, "l2_bytes", lambda device: MiB)  # the stand-ins' L2 (bench_utils.L2)
+    monkeypatch.setattr(_read, "l2_bytes", lambda device: MiB)  # the stand-ins' L2 (bench_utils.L2)
     _flush.release()
     modules = {name: importlib.import_module(name) for name in ("utils", "bench_utils", "common")}
     cleanflush.uninstall()  # each test imports them anew: install patches what is loaded
@@ -193,7 +194,7 @@ def test_the_cute_dsl_memset_is_the_flush_on_its_stream(policy, monkeypatch):
         yield
 
     monkeypatch.setattr(cute_dsl, "where", lambda handle: (torch.device("cpu"), on(handle)))
-    monkeypatch.setattr(_flush, "l2_bytes", lambda device: 4 * MiB)
+    monkeypatch.setattr(_read, "l2_bytes", lambda device: 4 * MiB)
     _flush.release()
     driver = Driver()
     proxy = cute_dsl.FlushingDriver(driver)
@@ -262,11 +263,11 @@ def test_a_module_copy_of_the_driver_gets_a_proxy_and_loses_it_exactly():
 def test_a_one_kernel_flushing_tensor_off_cuda_flushes_as_any_other(policy, recwarn):
     # no device timeline to leave a gap on: the flush of every other flushing tensor, unsaid
     monkeypatch_l2 = pytest.MonkeyPatch()
-    monkeypatch_l2.setattr(_flush, "l2_bytes", lambda device: MiB)
+    monkeypatch_l2.setattr(_read, "l2_bytes", lambda device: MiB)
     _flush.release()
     try:
         cache = torch.full((1024,), 3, dtype=torch.int32)
-        flushing = _flush.flushing_tensor(cache, "tilelang", one_kernel=True)
+        flushing = flushing_tensor(cache, "tilelang", one_kernel=True)
         names, _ = ops_of(lambda: flushing.zero_(), policy)
     finally:
         monkeypatch_l2.undo()

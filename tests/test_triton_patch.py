@@ -11,7 +11,7 @@ import wrapt
 triton = pytest.importorskip("triton")
 
 import cleanflush  # noqa: E402
-from cleanflush import _flush, _registry, _state, _targets  # noqa: E402
+from cleanflush import _flush, _read, _registry, _state, _targets  # noqa: E402
 from cleanflush.patches import triton as triton_patch  # noqa: E402
 
 from .ops import OpRecorder, overlaps  # noqa: E402
@@ -78,11 +78,11 @@ def test_patched_clear_cache_runs_the_policy(backend, policy, expected):
 
 def test_clear_cache_zeroes_a_head_of_the_cache_where_the_read_holds(monkeypatch):
     # on a GPU the read kernel holds the stream; here its stand-ins say it can
-    monkeypatch.setattr(_flush, "l2_bytes", lambda device: 1 << 20)
+    monkeypatch.setattr(_read, "l2_bytes", lambda device: 1 << 20)
     _flush.release()
-    device = torch.device("cpu")
-    entry = _flush.prepare(device)._replace(sweep=lambda *args: None, held=lambda *args: None)
-    monkeypatch.setitem(_state.STATE.buffers, device, entry)
+    entry = _read.prepare(torch.device("cpu"))
+    monkeypatch.setattr(entry, "sweep", lambda *args: None)
+    monkeypatch.setattr(entry, "held", lambda *args: None)
     driver = bare_driver(registry_drivers()["nvidia"])
     cache = torch.full((1 << 20,), 5, dtype=torch.int32)
     with OpRecorder() as rec:
@@ -146,8 +146,8 @@ def test_get_empty_cache_prepares_the_read_buffer(monkeypatch):
     cache = bare_driver(cls).get_empty_cache_for_benchmark()
     # the stock tensor's storage, as the subclass whose zero_ is the flush
     assert type(cache).__name__ == "CleanFlushCache" and cache.data_ptr() == stock_cache.data_ptr()
-    entry = _state.STATE.buffers[cache.device]
-    assert entry.buffer.numel() * 4 == _flush.buffer_bytes(entry.l2) == 256 * 1024 * 1024
+    entry = _read.READS.buffers[cache.device]
+    assert entry.buffer.numel() * 4 == _read.buffer_bytes(entry.l2) == 256 * 1024 * 1024
 
 
 class Triton32Driver:
@@ -332,7 +332,7 @@ def test_a_read_buffer_that_cannot_be_made_still_hands_out_the_flushing_tensor(m
     def no_memory(device, numel):
         raise RuntimeError("CUDA out of memory")
 
-    monkeypatch.setattr(_flush, "_allocate_outside_pools", no_memory)
+    monkeypatch.setattr(_read, "_allocate_outside_pools", no_memory)
     _flush.release()
     driver, cache = empty_cache_on_cpu(monkeypatch)
     assert type(cache).__name__ == "CleanFlushCache"

@@ -475,13 +475,13 @@ def test_without_a_gpu_exit_3_with_one_line_and_no_traceback():
 def _clear_cache_under(name, monkeypatch, l2=None):
     torch = pytest.importorskip("torch")
     triton = pytest.importorskip("triton")
-    from cleanflush import _flush
+    from cleanflush import _flush, _read
     from cleanflush._verify.controls import flushing
 
     from .ops import OpRecorder
 
     if l2 is not None:
-        monkeypatch.setattr(_flush, "l2_bytes", lambda device: l2)
+        monkeypatch.setattr(_read, "l2_bytes", lambda device: l2)
     driver = object.__new__(triton.backends.backends["nvidia"].driver)
     cache = torch.full((4096,), 5, dtype=torch.int32)
     _flush.prepare(cache.device)

@@ -45,7 +45,8 @@ def install(policy: str | None = None) -> bool:
 
 
 def uninstall() -> None:
-    """Restore every patched object exactly as it was, and free the read buffers.  Idempotent."""
+    """Restore every patched object exactly as it was, and free the read buffers (but those a
+    captured CUDA graph may still read).  Idempotent."""
     _targets.uninstall()
     _flush.release()
 

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from . import _ab_programs
+from . import _ab_programs, _env
 from ._env import DECISIONS_VAR, DEFAULT_POLICY, POLICY_VAR
 from ._stats import quartiles
 
@@ -415,7 +415,7 @@ def run(
     starts empty, so a kept folder never lends a run another run's decisions.  Ctrl-C stops
     the job and ends with what the finished runs recorded (exit code 130).
     """
-    base = {k: v for k, v in os.environ.items() if k not in (POLICY_VAR, DECISIONS_VAR)}
+    base = _env.for_child(**{POLICY_VAR: None, DECISIONS_VAR: None})
     work = keep or tempfile.mkdtemp(prefix="cleanflush-ab-")
     sides: dict[str, list[list[dict[str, Any]]]] = {STOCK: [], policy: []}
     folders: list[tuple[str, str]] = []

@@ -10,7 +10,6 @@ for the child, carries the starting context's ``CLEANFLUSH``, and unpickling it 
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
 import wrapt
@@ -37,7 +36,7 @@ class CarriedPolicy:
 
 
 def _start(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    value = _policy.selected() if STATE.installed else os.environ.get(_env.POLICY_VAR)
+    value = _policy.selected() if STATE.installed else _env.value(_env.POLICY_VAR)
     instance._cleanflush_policy = CarriedPolicy(value)
     return wrapped(*args, **kwargs)
 

@@ -1,5 +1,6 @@
-"""The environment variables cleanflush reads, each with its parser: the one place that
-names them.  Plain Python; no other cleanflush module is imported here.
+"""The environment variables cleanflush reads and writes, each with its parser: the one place
+that names them and touches ``os.environ``.  Plain Python; of cleanflush's own code only the
+start-up hook (``_cleanflush_boot``, stdlib only) is looked up here, for the "off" values.
 
 ``CLEANFLUSH``
     The switch.  Unset or empty: nothing at interpreter start, ``import cleanflush``
@@ -20,6 +21,7 @@ Values are read without regard to case or surrounding spaces.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -35,8 +37,10 @@ POLICIES = ("write-read", "read", "write")
 # trade-off against `read`).
 DEFAULT_POLICY = "write-read"
 
-# _cleanflush_boot keeps a copy of OFF (it runs before any import); a test checks they agree.
-OFF = ("0", "off", "false", "no")
+# The values that switch cleanflush off are written once, in the start-up hook, which reads
+# them before anything is imported.  Looked up, not imported by name: that module imports
+# cleanflush when it wakes, and a static import back would make a loop.
+OFF: tuple[str, ...] = importlib.import_module("_cleanflush_boot").OFF
 ON = ("1", "on", "true", "yes")
 VALID_VALUES = ", ".join(ON + OFF + POLICIES)
 
@@ -104,3 +108,27 @@ def disabled_from_environ(valid: Iterable[str]) -> Disabled:
 
 def decisions_path() -> str | None:
     return os.environ.get(DECISIONS_VAR) or None
+
+
+def value(name: str) -> str | None:
+    """The variable ``name`` as this process has it now."""
+    return os.environ.get(name)
+
+
+def export(name: str, value: str | None) -> None:
+    """Set ``name`` for this process and the children it starts (None: remove it)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def for_child(**changes: str | None) -> dict[str, str]:
+    """This process's environment with ``changes`` (None: removed), for a child process."""
+    env = dict(os.environ)
+    for name, new in changes.items():
+        if new is None:
+            env.pop(name, None)
+        else:
+            env[name] = new
+    return env

@@ -7,13 +7,15 @@ attribute after us, reverting would drop their wrapper too, so we disable ours i
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import wrapt
 
-from ._state import STATE, warn_once
+from ._state import warn_once
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 
@@ -28,6 +30,26 @@ class Patch:
 
     def _enabled(self) -> bool:
         return self.active
+
+
+@dataclass
+class _Made:
+    """Every patch this process made, and each target's set of applied ones."""
+
+    # (id(owner), name) -> the patch ever made there: a re-install puts the same wrapper back
+    patches: dict[tuple[int, str], Patch]
+    sets: dict[str, PatchSet]  # target name -> its applied patches
+    lock: threading.RLock
+
+
+MADE = _Made({}, {}, threading.RLock())
+
+
+def _fresh_lock_in_child() -> None:
+    MADE.lock = threading.RLock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
 def defining_class(cls: type, name: str) -> type | None:
@@ -47,7 +69,7 @@ def our_patch(owner: type, name: str) -> Patch | None:
 def wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
     """Wrap ``owner.name`` (which ``owner`` itself defines); idempotent, also when several
     threads install at once."""
-    with STATE.lock:
+    with MADE.lock:
         return _wrap(owner, name, wrapper)
 
 
@@ -56,10 +78,10 @@ def _wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
     if existing is not None:
         return existing
     current = vars(owner)[name]
-    # Every patch ever made is kept (STATE.made): a re-install puts the same wrapper back, so a
+    # Every patch ever made is kept (MADE.patches): a re-install puts the same wrapper back, so a
     # name that an import copied from it (``from deep_gemm.testing import bench_kineto``)
     # flushes again instead of staying the disabled wrapper of an earlier install.
-    patch = STATE.made.get((id(owner), name))
+    patch = MADE.patches.get((id(owner), name))
     if (
         patch is None
         or patch.owner is not owner
@@ -69,7 +91,7 @@ def _wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
         patch = Patch(owner, name, current)
         patch.wrapper = wrapt.FunctionWrapper(patch.original, wrapper, enabled=patch._enabled)
         patch.wrapper._self_cleanflush_patch = patch
-        STATE.made[(id(owner), name)] = patch
+        MADE.patches[(id(owner), name)] = patch
     patch.active = True
     setattr(owner, name, patch.wrapper)
     return patch
@@ -117,20 +139,20 @@ class PatchSet:
         if current is patch.original:
             self.wrap(owner, name, wrapper)
         elif current is patch.wrapper and not any(p.owner is owner and p.name == name for p in self._patches):
-            alias = STATE.made[(id(owner), name)] = Patch(owner, name, patch.original, patch.wrapper)
+            alias = MADE.patches[(id(owner), name)] = Patch(owner, name, patch.original, patch.wrapper)
             self._patches.append(alias)
 
     def replace(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         """Set ``owner.name`` to ``make(original)`` (an object standing in for it, not a
         function wrapper) unless ours is there; revert puts the original back, or leaves
         whatever was set after us.  A re-install sets the same object again."""
-        with STATE.lock:
+        with MADE.lock:
             current = vars(owner)[name]
-            patch = STATE.made.get((id(owner), name))
+            patch = MADE.patches.get((id(owner), name))
             if patch is not None and patch.active and current is patch.wrapper:
                 return
             if patch is None or patch.owner is not owner or patch.original is not current:
-                patch = STATE.made[(id(owner), name)] = Patch(owner, name, current, make(current))
+                patch = MADE.patches[(id(owner), name)] = Patch(owner, name, current, make(current))
             patch.active = True
             setattr(owner, name, patch.wrapper)
             if patch not in self._patches:
@@ -145,7 +167,6 @@ class PatchSet:
 
 
 def patch_set(name: str) -> PatchSet:
-    """The patches target ``name`` has applied (kept in ``STATE``)."""
-    with STATE.lock:
-        patches: PatchSet = STATE.patches.setdefault(name, PatchSet())
-        return patches
+    """The patches target ``name`` has applied."""
+    with MADE.lock:
+        return MADE.sets.setdefault(name, PatchSet())

@@ -19,10 +19,12 @@ from __future__ import annotations
 import os
 import threading
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from types import TracebackType
 
+from . import _env
 from ._env import DEFAULT_POLICY, POLICIES, POLICY_VAR
-from ._state import STATE
+from ._state import STATE, on_reset
 
 __all__ = ["DEFAULT_POLICY", "POLICIES", "check", "current_policy", "default", "export", "policy", "set_default"]
 
@@ -39,6 +41,22 @@ class _Entry:
 
 
 _open_here: ContextVar[tuple[_Entry, ...]] = ContextVar("cleanflush_blocks", default=())
+
+
+@dataclass
+class _Process:
+    """The policy's process-wide side."""
+
+    default: str = DEFAULT_POLICY
+    open_blocks: list[_Entry] = field(default_factory=list)  # open in any thread, oldest first
+    exporting: bool = False  # whether blocks show in CLEANFLUSH (while installed)
+    base: str | None = None  # CLEANFLUSH with no block open
+    # for the environment and the blocks; reentrant: a signal handler may open a block while this
+    # thread holds it
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+PROCESS = _Process()
 
 
 def check(name: str) -> str:
@@ -63,44 +81,51 @@ def selected() -> str:
     for entry in reversed(_open_here.get()):
         if entry.open:
             return entry.name
-    return STATE.default_policy
+    return PROCESS.default
 
 
 def default() -> str:
     """The process default policy."""
-    return STATE.default_policy
+    return PROCESS.default
 
 
 def set_default(name: str) -> None:
-    STATE.default_policy = check(name)
+    PROCESS.default = check(name)
+
+
+@on_reset
+def _forget_default() -> None:
+    PROCESS.default = DEFAULT_POLICY
+
+
+def open_blocks() -> list[str]:
+    """The policies of the blocks open in any thread now, oldest first."""
+    return [entry.name for entry in PROCESS.open_blocks]
 
 
 def export(installed: bool, base: str | None) -> None:
     """Set what ``CLEANFLUSH`` says when no block is open (install/uninstall call this)."""
-    with STATE.env_lock:
-        STATE.exporting, STATE.env_base = installed, base
+    with PROCESS.lock:
+        PROCESS.exporting, PROCESS.base = installed, base
         _write_env()
 
 
 def _write_env() -> None:
-    """Called under the env lock.  While uninstalled, blocks leave the environment alone."""
-    blocks = STATE.open_blocks
-    value = blocks[-1].name if STATE.exporting and blocks else STATE.env_base
-    if value is None:
-        os.environ.pop(POLICY_VAR, None)
-    else:
-        os.environ[POLICY_VAR] = value
+    """Called under the lock.  While uninstalled, blocks leave the environment alone."""
+    blocks = PROCESS.open_blocks
+    _env.export(POLICY_VAR, blocks[-1].name if PROCESS.exporting and blocks else PROCESS.base)
 
 
 def _forget_other_threads() -> None:
     """In a forked child: only the forking thread lives on, so the blocks other threads had
-    open are closed (after ``_state`` has given the child fresh locks)."""
+    open are closed, and the lock one of them may have held is new."""
+    PROCESS.lock = threading.RLock()
     me = threading.get_ident()
-    gone = [e for e in STATE.open_blocks if e.thread != me]
+    gone = [e for e in PROCESS.open_blocks if e.thread != me]
     for entry in gone:
         entry.open = False
-        STATE.open_blocks.remove(entry)
-    if gone and STATE.exporting:
+        PROCESS.open_blocks.remove(entry)
+    if gone and PROCESS.exporting:
         _write_env()
 
 
@@ -124,9 +149,9 @@ class policy:
     def __enter__(self) -> str:
         entry = _Entry(self, self.name)
         _open_here.set(_open_here.get() + (entry,))
-        with STATE.env_lock:
-            STATE.open_blocks.append(entry)
-            if STATE.exporting:
+        with PROCESS.lock:
+            PROCESS.open_blocks.append(entry)
+            if PROCESS.exporting:
                 _write_env()
         return self.name
 
@@ -138,17 +163,19 @@ class policy:
     ) -> None:
         blocks = _open_here.get()
         here = [e for e in blocks if e.owner is self and e.open]
-        with STATE.env_lock:
+        with PROCESS.lock:
             # ended in another thread or task than it began in (a generator finalised there):
             # the newest open entry of this block anywhere
             entry = (
-                here[-1] if here else next((e for e in reversed(STATE.open_blocks) if e.owner is self and e.open), None)
+                here[-1]
+                if here
+                else next((e for e in reversed(PROCESS.open_blocks) if e.owner is self and e.open), None)
             )
             if entry is not None:
                 entry.open = False
-                if entry in STATE.open_blocks:
-                    STATE.open_blocks.remove(entry)
-            if STATE.exporting:
+                if entry in PROCESS.open_blocks:
+                    PROCESS.open_blocks.remove(entry)
+            if PROCESS.exporting:
                 _write_env()
         if here:
             _open_here.set(tuple(e for e in blocks if e.open))

@@ -18,8 +18,8 @@ from typing import Any
 
 import wrapt
 
-from . import _env
-from ._state import STATE
+from . import _env, _policy
+from ._state import STATE, on_reset
 
 MP_UTIL = "multiprocessing.util"
 
@@ -32,6 +32,7 @@ def _start_path() -> str | None:
 
 
 PATH = _start_path()
+_written = False  # this process's line (a forked child writes its own)
 
 
 def line() -> dict[str, Any]:
@@ -44,8 +45,8 @@ def line() -> dict[str, Any]:
         # what this process was started with and its default: a worker that outlived a
         # policy block (a pool) shows here with the policy it really used
         "env_at_start": _env.AT_START[_env.POLICY_VAR],
-        "default_policy": STATE.default_policy,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "default_policy": _policy.default(),
+        "cuda_visible_devices": _env.value("CUDA_VISIBLE_DEVICES"),
         "flushes": {f"{label} | {policy}": n for (label, policy), n in sorted(STATE.flushes.items())},
         "patched": sorted(row.target for rows in STATE.sites.values() for row in rows.values() if row.patched),
     }
@@ -53,14 +54,24 @@ def line() -> dict[str, Any]:
 
 def write() -> None:
     """Append this process's line, once, if it flushed; a failure is one line on stderr."""
-    if PATH is None or STATE.reported or not STATE.flushes:
+    global _written
+    if PATH is None or _written or not STATE.flushes:
         return
-    STATE.reported = True
+    _written = True
     try:
         with open(PATH, "a", encoding="utf-8") as f:
             f.write(json.dumps(line()) + "\n")
     except OSError as exc:
         print(f"cleanflush: could not write {_env.REPORT_VAR}={PATH!r}: {exc}", file=sys.stderr)
+
+
+@on_reset
+def _not_written() -> None:
+    global _written
+    _written = False
+
+
+os.register_at_fork(after_in_child=_not_written)
 
 
 def _finalize_in_this_worker(module: Any = None) -> None:
@@ -83,6 +94,6 @@ def register() -> None:
     if PATH is None:
         return
     # children started after an os.chdir write to the same file: they get the absolute path
-    os.environ[_env.REPORT_VAR] = PATH
+    _env.export(_env.REPORT_VAR, PATH)
     atexit.register(write)
     wrapt.register_post_import_hook(_on_multiprocessing, MP_UTIL)

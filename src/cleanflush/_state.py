@@ -1,10 +1,10 @@
-"""Everything cleanflush remembers in a process, in one object, with one reset.
+"""What the whole process shares: whether cleanflush is installed, the status row of every
+patched site, the flush counts and the warnings given.
 
-``STATE`` holds what the rest of the package reads and writes: whether it is installed,
-the status of every patched site, the flush counters, the warnings given, the read buffers,
-the applied patches, the process-wide side of the policy, and the locks that guard them.
-A forked child gets fresh locks (another thread may have held one at the fork) and counts
-only its own flushes.
+Every other piece of state belongs to the module that uses it (the policy to ``_policy``, the
+read buffers to ``_read``, the fallbacks to ``_flush``, the patches to ``_patching``...), each
+with its own lock, fresh in a forked child.  ``reset`` forgets what a process remembers (for
+tests), through the resetters those modules register with ``on_reset``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import sys
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import wrapt
-
-from . import _env
 
 State = Literal["patched", "pending", "disabled", "unsupported", "failed", "absent", "off"]
 STATES: tuple[State, ...] = ("patched", "pending", "disabled", "unsupported", "failed", "absent", "off")
@@ -69,80 +68,43 @@ class Site(NamedTuple):
 class _State:
     installed: bool = False
     source: str | None = None  # "import", "install()", "autoload"
-    env_before_install: str | None = None
-    hooks_registered: bool = False  # once per process, also across importlib.reload(cleanflush)
-    pid: int = field(default_factory=os.getpid)
     # target name -> site -> its row
     sites: dict[str, dict[str, TargetStatus]] = field(default_factory=dict)
     # (counter label, policy that ran) -> flushes run through our wrappers in this process; a
     # flush whose read failed counts as the stock write it fell back to
     flushes: Counter[tuple[str, str]] = field(default_factory=Counter)
     warned: set[str] = field(default_factory=set)
-    # device -> why its read buffer could not be prepared (not retried) / why the read kernel
-    # could not be built there (torch's sum reads instead) / why its hold could not (reads on
-    # an empty stream last as long as their bytes)
-    read_unavailable: dict[str, str] = field(default_factory=dict)
-    sweep_unavailable: dict[str, str] = field(default_factory=dict)
-    hold_unavailable: dict[str, str] = field(default_factory=dict)
-    # label -> why its flushes ran the stock code after a surprise (said once, shown by status)
-    fallbacks: dict[str, str] = field(default_factory=dict)
-    buffers: dict[Any, Any] = field(default_factory=dict)  # device -> _flush.ReadBuffer (a type _flush owns)
-    # device -> the one-kernel write-read (_flush.write_read_kernel), or why it could not be built
-    write_read_kernels: dict[Any, Any] = field(default_factory=dict)
-    # (label, the write method that flushes, one kernel) -> its flushing tensor class
-    tensor_classes: dict[tuple[str, str, bool], type] = field(default_factory=dict)
-    patches: dict[str, Any] = field(default_factory=dict)  # target name -> _patching.PatchSet
-    made: dict[tuple[int, str], Any] = field(default_factory=dict)  # (id(owner), name) -> Patch, ever made
-    # the policy's process-wide side (_policy): the default, every block open in any thread
-    # (oldest first), whether blocks show in CLEANFLUSH, and CLEANFLUSH without blocks
-    default_policy: str = _env.DEFAULT_POLICY
-    open_blocks: list[Any] = field(default_factory=list)
-    exporting: bool = False
-    env_base: str | None = None
-    # _local_buffer: benchmarks waiting for their buffer in any thread, and torch.empty before the swap
-    waiting: int = 0
-    stock_empty: Any = None
-    reported: bool = False  # this process's CLEANFLUSH_REPORT line is written
-    # locks: LOCK for the fields above, and one each for the read buffers, CLEANFLUSH and torch.empty
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    buffer_lock: threading.Lock = field(default_factory=threading.Lock)
-    env_lock: threading.Lock = field(default_factory=threading.Lock)
-    empty_lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)  # for the fields above
 
 
 STATE = _State()
+_RESETS: list[Callable[[], None]] = []
+
+
+def on_reset(forget: Callable[[], None]) -> Callable[[], None]:
+    """Register what a module forgets on ``reset`` (a decorator)."""
+    _RESETS.append(forget)
+    return forget
 
 
 def reset() -> None:
-    """Forget what tests must not carry from one to the next: rows, counts, warnings, failed
-    devices, the policy default.  Call it with cleanflush uninstalled (patches and read
-    buffers are undone and released by ``uninstall``)."""
+    """Forget what tests must not carry from one to the next: rows, counts, warnings, and
+    what the modules registered (failed devices, fallbacks, the policy default...).  Call it
+    with cleanflush uninstalled (patches and read buffers are undone and released by
+    ``uninstall``)."""
     with STATE.lock:
         STATE.sites.clear()
         STATE.flushes.clear()
         STATE.warned.clear()
-        STATE.read_unavailable.clear()
-        STATE.sweep_unavailable.clear()
-        STATE.hold_unavailable.clear()
-        STATE.fallbacks.clear()
-        STATE.default_policy = _env.DEFAULT_POLICY
-        STATE.reported = False
+    for forget in _RESETS:
+        forget()
 
 
 def _after_fork_in_child() -> None:
-    # Another thread may have held any of the locks at the fork: the child would wait forever.
+    # Another thread may have held the lock at the fork: the child would wait forever.  The
+    # child reports its own flushes, not the parent's again.
     STATE.lock = threading.RLock()
-    STATE.buffer_lock = threading.Lock()
-    STATE.env_lock = threading.Lock()
-    STATE.empty_lock = threading.Lock()
-    # The parent's read buffers are CUDA memory the child cannot use, and their signal is
-    # pinned host memory the child does not have (touching it would crash, not raise).
-    STATE.buffers = {}
-    STATE.write_read_kernels = {}
-    # The child reports its own flushes, not the parent's again.
-    STATE.pid = os.getpid()
     STATE.flushes = Counter()
-    STATE.reported = False
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

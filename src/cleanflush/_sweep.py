@@ -5,9 +5,12 @@ the kernel under test: DeepGEMM's ``bench_kineto`` asks for names such as ``'red
 substring, and tritonbench's profiler mode drops only the stock fill kernel by exact name.
 A Triton kernel named after us can be told apart by every one of them.
 
-Imported only when a CUDA read buffer is made (``_flush.prepare``), never by
-``import cleanflush``.  ``build`` compiles and runs the kernel once right there, so no
-compilation happens later inside a CUDA-graph capture or a timed loop.
+The same kernel, its hold compiled in, keeps the stream busy after its sum until the host's
+next read call (``_hold`` says why and how), and one more kernel zeroes and reads in one
+launch (``cleanflush_l2_write_read``).  Imported only when a CUDA read buffer is made
+(``_read.prepare``), never by ``import cleanflush``.  Each ``build`` compiles and runs its
+kernel once right there, so no compilation happens later inside a CUDA-graph capture or a
+timed loop.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-# The kernel below is named as _flush.READ_KERNEL says (checked by a test): _flush must know
+# The kernel below is named as _read.READ_KERNEL says (checked by a test): _read must know
 # the name without importing triton, and this module imports nothing of cleanflush's.
 BLOCK = 4096  # float32 elements per program and step: 16 KiB, 128-bit loads
 WARPS = 8
@@ -40,9 +43,9 @@ def _nanoseconds():  # type: ignore[no-untyped-def]
 def cleanflush_l2_sweep(src, sink, n, signal, call, hold_ns, BLOCK: tl.constexpr, HOLD: tl.constexpr):  # type: ignore[no-untyped-def]
     # Each program strides over the buffer and adds its partial sum to one scalar: every
     # line is loaded, and nothing but that scalar (and the signal) is written.
-    # ``signal``: two int64 in pinned host memory.  [0]: the host's read calls so far (the host
-    # writes it); [1]: the last call whose read the GPU has started (written here, through to
-    # the host, which asks it without a sync whether the GPU has caught up with it).
+    # ``signal``: the handshake's two int64 of pinned host memory (``_hold``).  [0]: the host's
+    # read calls so far (the host writes it); [1]: the last call whose read the GPU has started
+    # (written here, through to the host).
     if HOLD:  # the clock is read only where it is asked for (Triton's interpreter has none)
         began = _nanoseconds()
     first = tl.program_id(0) == 0
@@ -147,7 +150,7 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, progra
     """``sweep(data, sink, call)`` over ``programs`` programs, compiled now and checked once on
     ``buffer`` (a sync and a host read: this runs when the read buffer is made, never in a
     timed loop or a capture); each launch writes its ``call`` to ``signal[1]`` as it starts.
-    Raises when no launch sums right and writes that mark (the caller keeps torch's sum)."""
+    Raises, with each launch form's reason, when none sums right and writes that mark."""
     if _elsewhere(buffer.device.index):
         with torch.cuda.device(buffer.device.index):
             return build(buffer, sink, signal, programs)
@@ -156,11 +159,10 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, progra
         buffer, sink, buffer.numel(), signal, 0, 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS
     )
     runner = compiled[grid] if hasattr(compiled, "__getitem__") else None  # None: Triton's interpreter
-    # Launching the compiled kernel directly costs the host ~9 us less than the JIT's own
-    # launch (11.6 against 20.8 us on an H200 host).  The host must queue the flush, the start
-    # event and the timed call before the GPU runs dry, and under write-read those 9 us
-    # were a 7 us leak into every do_bench sample.  Its argument list changed across
-    # Triton versions (constexprs included from 3.3), so each form is checked by its sum.
+    # Launching the compiled kernel directly costs the host less than the JIT's own launch, and
+    # the host must queue the flush, the start event and the timed call before the GPU runs dry
+    # (benchmarks/latency.py).  Its argument list changed across Triton versions (constexprs
+    # included from 3.3), so each form is checked by its sum.
     launches: dict[str, Sweep] = {}
     if runner is not None:
         launches["direct"] = lambda data, out, call: runner(data, out, data.numel(), signal, call, 0, BLOCK, False)
@@ -168,27 +170,39 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, progra
     launches["jit"] = lambda data, out, call: cleanflush_l2_sweep[grid](
         data, out, data.numel(), signal, call, 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS
     )
-    failures = []
-    for name, launch in launches.items():
-        if _sums_right(launch, buffer, sink, signal):
-            return _on_device_of(buffer.device.index, launch)
-        failures.append(name)
-    raise RuntimeError(f"no launch of the read kernel summed right ({', '.join(failures)})")
+    launch = _first_working(launches, lambda launch: _sums_wrong(launch, buffer, sink, signal))
+    return _on_device_of(buffer.device.index, launch)
 
 
 CHECK_CALL = 7  # the call number the build checks launch with (any but 0)
 
 
-def _sums_right(launch: Sweep, buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor) -> bool:
+def _first_working(launches: dict[str, L], wrong: Callable[[L], str | None]) -> L:
+    """The first of ``launches`` that ``wrong`` finds nothing wrong with; raises naming what
+    was wrong with each (an error a launch raised included)."""
+    failures = []
+    for name, launch in launches.items():
+        try:
+            problem = wrong(launch)
+        except Exception as exc:  # a launch form this triton does not take, no clock: the next one, said at the end
+            problem = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+        if problem is None:
+            return launch
+        failures.append(f"{name}: {problem}")
+    raise RuntimeError(f"no launch of the read kernel worked ({'; '.join(failures)})")
+
+
+def _sums_wrong(launch: Sweep, buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor) -> str | None:
+    """What is wrong with one checked launch of ``launch`` (None: it summed right and marked its call)."""
     probe = buffer[: 3 * BLOCK + 5]
     try:
         probe.fill_(1.0)
         sink.zero_()
         signal.zero_()
         launch(probe, sink, CHECK_CALL)
-        return float(sink) == probe.numel() and int(signal[1]) == CHECK_CALL  # float() synchronizes
-    except Exception:  # a launch form this triton does not take: try the next one
-        return False
+        if float(sink) != probe.numel():  # float() synchronizes
+            return "wrong sum"
+        return None if int(signal[1]) == CHECK_CALL else "no mark of its call"
     finally:
         probe.zero_()
         signal.zero_()
@@ -199,9 +213,9 @@ def build_held(
 ) -> HeldSweep:
     """``held(data, sink, call, ns)``: the sweep, lasting until the host's next read call
     (``signal[0]`` past ``call``), ``ns`` nanoseconds at most (the same kernel, its hold
-    compiled in); compiled now and checked once to sum right, to last ``check_ns`` where no
-    call comes and to end early where one has (syncs, on a CUDA ``buffer``); raises where no
-    launch does."""
+    compiled in: ``_hold``); compiled now and checked once to sum right, to last ``check_ns``
+    where no call comes and to end early where one has (syncs, on a CUDA ``buffer``); raises
+    where no launch does."""
     if _elsewhere(buffer.device.index):
         with torch.cuda.device(buffer.device.index):
             return build_held(buffer, sink, signal, programs, check_ns)
@@ -217,12 +231,8 @@ def build_held(
     launches["jit"] = lambda data, out, call, ns: cleanflush_l2_sweep[grid](
         data, out, data.numel(), signal, call, ns, BLOCK=BLOCK, HOLD=True, num_warps=WARPS
     )
-    for launch in launches.values():
-        if _holds_right(launch, buffer, sink, signal, check_ns):
-            return _on_device_of(buffer.device.index, launch)
-    raise RuntimeError(
-        f"no launch of the read kernel summed right, held the stream {check_ns} ns and let go at the next call"
-    )
+    launch = _first_working(launches, lambda launch: _holds_wrong(launch, buffer, sink, signal, check_ns))
+    return _on_device_of(buffer.device.index, launch)
 
 
 def _held_ns(launch: HeldSweep, probe: torch.Tensor, sink: torch.Tensor, ns: int) -> float | None:
@@ -238,7 +248,11 @@ def _held_ns(launch: HeldSweep, probe: torch.Tensor, sink: torch.Tensor, ns: int
     return start.elapsed_time(end) * 1e6 if float(sink) == probe.numel() else None
 
 
-def _holds_right(launch: HeldSweep, buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, ns: int) -> bool:
+def _holds_wrong(
+    launch: HeldSweep, buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, ns: int
+) -> str | None:
+    """What is wrong with ``launch``'s hold (None: it sums right, holds ``ns`` where no call
+    comes, and lets go where one has)."""
     probe = buffer[: 3 * BLOCK + 5]
     try:
         probe.fill_(1.0)
@@ -246,13 +260,15 @@ def _holds_right(launch: HeldSweep, buffer: torch.Tensor, sink: torch.Tensor, si
         waited = _held_ns(launch, probe, sink, ns)
         signal[0] = CHECK_CALL + 1  # the host has called again: no hold
         released = _held_ns(launch, probe, sink, ns)
-        # both spans include the launch's own latency (the stream was empty when timing began)
-        return waited is not None and released is not None and waited >= ns and released <= waited - ns / 2
-    except Exception:  # a launch form this triton does not take, or no clock: the next one
-        return False
     finally:
         probe.zero_()
         signal.zero_()
+    if waited is None or released is None:
+        return "wrong sum"
+    # both spans include the launch's own latency (the stream was empty when timing began)
+    if waited < ns:
+        return f"held {waited / 1e3:.0f} us of {ns / 1e3:.0f}"
+    return None if released <= waited - ns / 2 else "not let go by the next call"
 
 
 def _elsewhere(index: int | None) -> bool:

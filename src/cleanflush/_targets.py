@@ -8,18 +8,29 @@ patch or a package not imported yet into the rows of ``cleanflush.status()``.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from importlib import import_module
 from typing import Any
 
 import wrapt
 
-from . import _children, _decisions, _env, _policy, _report
+from . import _children, _decisions, _env, _flush, _policy, _report
 from ._registry import NAMES, TARGETS, Target
 from ._state import STATE, Site, State, TargetStatus, record, warn_once
+
+
+@dataclass
+class _Install:
+    """What install remembers besides ``STATE.installed``."""
+
+    env_before: str | None = None  # CLEANFLUSH before the install: what uninstall puts back
+    hooks_registered: bool = False  # once per process, also across importlib.reload(cleanflush)
+
+
+INSTALL = _Install()
 
 
 def resolve(path: str) -> Callable[..., Any]:
@@ -105,7 +116,7 @@ def _hook(target: Target) -> Callable[[Any], None]:
 def install(policy: str | None, source: str) -> bool:
     """Install with ``policy`` as the process default; False (nothing done) where
     ``CLEANFLUSH`` says off."""
-    if _env.is_off(os.environ.get(_env.POLICY_VAR)):
+    if _env.is_off(_env.value(_env.POLICY_VAR)):
         return False
     if policy is not None:
         _policy.set_default(policy)
@@ -113,9 +124,9 @@ def install(policy: str | None, source: str) -> bool:
         if not STATE.installed:
             STATE.installed = True
             STATE.source = source
-            STATE.env_before_install = os.environ.get(_env.POLICY_VAR)
+            INSTALL.env_before = _env.value(_env.POLICY_VAR)
         _policy.export(True, _policy.default())
-        first_install, STATE.hooks_registered = not STATE.hooks_registered, True
+        first_install, INSTALL.hooks_registered = not INSTALL.hooks_registered, True
     disabled()  # a name it does not know is said here, at the user's import or install()
     # Hooks run outside our lock: they may fire inside another thread's import.
     if first_install:
@@ -147,7 +158,7 @@ def uninstall() -> None:
             revert(target)
         _decisions.revert()
         _children.revert()
-        _policy.export(False, STATE.env_before_install)
+        _policy.export(False, INSTALL.env_before)
 
 
 def adopt(value: str | None) -> None:
@@ -189,40 +200,11 @@ def rows(target: Target) -> list[TargetStatus]:
 
 
 def _why_off() -> str:
-    value = os.environ.get(_env.POLICY_VAR)
+    value = _env.value(_env.POLICY_VAR)
     if _env.is_off(value):
         return f"{_env.POLICY_VAR}={value}: off"
     return "cleanflush is not installed"
 
 
-def flush_rows() -> list[TargetStatus]:
-    """Rows for the flush itself: devices whose read could not run, flushes that fell back."""
-    # per device: what could not be made there, and what the flushes do instead
-    unmade = (
-        (STATE.read_unavailable, "read buffer", "{reason}: every flush on {device} runs the stock write"),
-        (
-            STATE.sweep_unavailable,
-            "read kernel",
-            "the read kernel could not be built ({reason}): the read runs as torch's sum, after the whole stock write",
-        ),
-        (
-            STATE.hold_unavailable,
-            "read kernel's hold",
-            "the hold could not be built ({reason}): write-read writes the whole cache, and reads last as long "
-            "as their bytes, also where the GPU has caught up with the host",
-        ),
-    )
-    found = [
-        TargetStatus("cleanflush", f"{what} on {device}", None, "failed", detail.format(reason=reason, device=device))
-        for unavailable, what, detail in unmade
-        for device, reason in sorted(unavailable.items())
-    ]
-    found += [
-        TargetStatus("cleanflush", f"flushes in {label}", None, "failed", f"{why}: those flushes ran the stock code")
-        for label, why in sorted(STATE.fallbacks.items())
-    ]
-    return found
-
-
 def status() -> list[TargetStatus]:
-    return [row for target in TARGETS for row in rows(target)] + flush_rows()
+    return [row for target in TARGETS for row in rows(target)] + _flush.status_rows()

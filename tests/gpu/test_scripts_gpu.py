@@ -12,9 +12,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import cleanflush  # noqa: E402
-from cleanflush import _flush  # noqa: E402
-from cleanflush._flush import READ_KERNEL  # noqa: E402
+from cleanflush import _flush, _hold  # noqa: E402
+from cleanflush._read import READ_KERNEL  # noqa: E402
 from cleanflush.patches import cute_dsl  # noqa: E402
+from cleanflush.patches._tensor import flushing_tensor  # noqa: E402
 
 from ..conftest import write_stand_ins  # noqa: E402
 from ..standins import SCRIPTS  # noqa: E402
@@ -45,7 +46,7 @@ ONE_KERNEL = "cleanflush_l2_write_read"
 
 def test_write_read_in_one_kernel_zeroes_reads_and_spans_its_range_exactly():
     cache = torch.full((64 << 20,), 3, dtype=torch.int32, device="cuda")  # 256 MiB, as TileLang's
-    flushing = _flush.flushing_tensor(cache, "tilelang", one_kernel=True)
+    flushing = flushing_tensor(cache, "tilelang", one_kernel=True)
 
     def flush():
         with torch.profiler.record_function("flush"):
@@ -68,7 +69,7 @@ def test_the_one_kernel_leaves_no_gap_that_two_kernels_leave():
     cache = torch.empty((64 << 20,), dtype=torch.int32, device="cuda")
     results = {}
     for one_kernel in (True, False):
-        flushing = _flush.flushing_tensor(cache, f"tilelang {one_kernel}", one_kernel=one_kernel)
+        flushing = flushing_tensor(cache, f"tilelang {one_kernel}", one_kernel=one_kernel)
 
         def flush(flushing=flushing):
             with torch.profiler.record_function("flush"):
@@ -138,7 +139,7 @@ def test_the_cute_dsl_memset_reads_on_its_stream():
 
 def test_a_read_holds_the_stream_until_the_next_call_and_only_where_the_gpu_caught_up():
     cache = torch.empty((64 << 20,), dtype=torch.int32, device="cuda")  # 256 MiB, as Triton's
-    flushing = _flush.flushing_tensor(cache, "hold")
+    flushing = flushing_tensor(cache, "hold")
     # 20 ms of queued GPU work that touches no memory: the host makes its calls long before
     # the GPU reaches them, however slow it is under the profiler
     ahead_cycles = 20 * torch.cuda.get_device_properties(0).clock_rate  # kHz x ms
@@ -155,7 +156,7 @@ def test_a_read_holds_the_stream_until_the_next_call_and_only_where_the_gpu_caug
         behind_work()
         flushing.zero_()
 
-    hold_us = _flush.HOLD_NS / 1e3
+    hold_us = _hold.HOLD_NS / 1e3
     for policy in ("write-read", "read"):
         with cleanflush.policy(policy):
             # on an empty stream, with no call after it before the sync: the whole hold

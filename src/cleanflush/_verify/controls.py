@@ -14,10 +14,10 @@ evidence as that bug would leave it:
 * ``control: read that falls back``: the real ``read`` policy whose read raises; it runs
   the stock write and is counted as ``write`` (so the flush evidence must catch it).
 
-Each breaks the read through the flush's one seam (``_flush.read_region``), so the rest of
-the flush, its counting and its fallback run as they do for users.  A chosen read region
-also keeps the whole stock write where cleanflush would write only an eighth of the L2 (see
-``_flush.owned_head``): the controls judge a broken read where it does the most harm.
+Each breaks the read through the seam verify owns (``cleanflush._seam``), so the rest of the
+flush, its counting and its fallback run as they do for users.  A chosen read region also
+keeps the whole stock write where cleanflush would write only an eighth of the L2: the
+controls judge a broken read where it does the most harm.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import cleanflush
 
-from .. import _flush
+from .._seam import read_region
 
 STOCK = "stock"
 CONTROLS = (
@@ -71,13 +71,13 @@ def flushing(name: str) -> Iterator[None]:
         with cleanflush.policy(name):
             yield
     elif name == "control: read of the zeroed tail":
-        with cleanflush.policy("write-read"), _flush.read_region(_zeroed_tail):
+        with cleanflush.policy("write-read"), read_region(_zeroed_tail):
             yield
     elif name == "control: read of half the L2":
-        with cleanflush.policy("write-read"), _flush.read_region(_half_the_l2):
+        with cleanflush.policy("write-read"), read_region(_half_the_l2):
             yield
     elif name == "control: read that falls back":
-        with cleanflush.policy("read"), _flush.read_region(_failing), warnings.catch_warnings():
+        with cleanflush.policy("read"), read_region(_failing), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the fallback warning is the point here, not news
             yield
     else:

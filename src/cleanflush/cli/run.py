@@ -62,14 +62,15 @@ def add_parser(commands: Any) -> None:
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = command_of(args, parser)
-    env = dict(os.environ, **{_env.POLICY_VAR: args.policy})
+    changes = {_env.POLICY_VAR: args.policy}
     if args.report:
         if os.path.isdir(args.report):
             print(f"cleanflush run: --report {args.report!r} is a directory", file=sys.stderr)
             return EXIT_USAGE
-        env[_env.REPORT_VAR] = os.path.abspath(args.report)
+        changes[_env.REPORT_VAR] = os.path.abspath(args.report)
     if args.disable is not None:
-        env[_env.DISABLE_VAR] = ",".join(sorted(args.disable))
+        changes[_env.DISABLE_VAR] = ",".join(sorted(args.disable))
+    env = _env.for_child(**changes)
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

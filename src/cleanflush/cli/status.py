@@ -113,7 +113,7 @@ def collect(progress: bool = False) -> dict[str, Any]:
     policy, says = programs_get(value)
     off = _env.is_off(value)
     if not cleanflush.is_installed():  # CLEANFLUSH=0 or invalid here: find out what *would* be patched
-        os.environ.pop(_env.POLICY_VAR, None)
+        _env.export(_env.POLICY_VAR, None)
         cleanflush.install()
     errors = _probe(progress)
     disabled = _env.parse_disabled(_env.AT_START[_env.DISABLE_VAR], _registry.NAMES)

@@ -49,7 +49,7 @@ class ModuleFunction:
         if where is None:  # the harness asked for no flush
             return wrapped(*args, **kwargs)
         device, written = where
-        return _flush.around(lambda: wrapped(*args, **kwargs), device, written, self.name)
+        return _flush.flush(self.name, write=lambda: wrapped(*args, **kwargs), device=device, written=written)
 
     def apply(self) -> list[Site]:
         module = sys.modules.get(self.module)

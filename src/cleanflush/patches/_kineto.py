@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import _flush
 from .._policy import current_policy
+from .._read import READ_KERNEL
 from ._function import ModuleFunction
 
 FLUSH_BYTES = int(8e9 // 4) * 4  # its int32 buffer of 8e9 bytes, on the current CUDA device
@@ -38,7 +39,7 @@ def clean_fn(fn: Callable[[], Any], device: Any, target: str) -> Callable[[], An
     def fn_after_clean_read() -> Any:
         nonlocal called
         if called:
-            _flush.after_write(device, FLUSH_BYTES, target)
+            _flush.flush(target, device=device, written=FLUSH_BYTES)  # the write is inline: the read after it
         called = True
         return fn()
 
@@ -83,23 +84,16 @@ class BenchKineto(ModuleFunction):
             return wrapped(*args, **kwargs)
         names = given.get("kernel_names")
         names = (names,) if isinstance(names, str) else names
-        clash = [name for name in names or () if isinstance(name, str) and name in _flush.READ_KERNEL]
+        clash = [name for name in names or () if isinstance(name, str) and name in READ_KERNEL]
         if clash:
-            return self._stock(
-                f"the read kernel {_flush.READ_KERNEL} would match kernel name {clash[0]!r}", wrapped, args, kwargs
-            )
+            why = f"the read kernel {READ_KERNEL} would match kernel name {clash[0]!r}"
+            return self._stock(why, wrapped, args, kwargs)
         try:
             device = self.device()
-            sweep = _flush.prepare(device).sweep
-        except Exception as exc:  # no CUDA device, or no read buffer: the benchmark as it was
-            return self._stock(f"no read buffer ({exc})", wrapped, args, kwargs)
-        if sweep is None and device.type == "cuda":
-            return self._stock(
-                f"the read kernel {_flush.READ_KERNEL} is unavailable, and torch's sum "
-                "would be picked by kernel-name filters",
-                wrapped,
-                args,
-                kwargs,
-            )
+        except (RuntimeError, AssertionError) as exc:  # no CUDA device: the benchmark as it was
+            return self._stock(f"no CUDA device ({exc})", wrapped, args, kwargs)
+        problem = _flush.prepare(device)
+        if problem:  # torch's sum would be picked by kernel-name filters, or no read at all
+            return self._stock(problem, wrapped, args, kwargs)
         given["fn"] = clean_fn(given["fn"], device, self.name)
         return wrapped(*call.args, **call.kwargs)

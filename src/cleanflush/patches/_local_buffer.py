@@ -5,7 +5,7 @@ reach it is its allocation.
 
 While a wrapped benchmark waits for its buffer, ``torch.empty`` is a function of ours that
 hands the waiting thread's first matching tensor out as a flushing tensor
-(``_flush.flushing_tensor``: same storage, ``zero_()`` is the flush).  ``torch.empty``
+(``_tensor.flushing_tensor``: same storage, ``zero_()`` is the flush).  ``torch.empty``
 itself is swapped, not a module global of the harness, because triton's ``do_bench``
 imports torch inside the function.  The swap lasts from the call's start until the buffer
 is made (before any timed call), or until the call returns without one; other threads'
@@ -14,14 +14,17 @@ allocations pass through untouched.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _flush, _patching
-from .._state import STATE, Site, record, warn_once
+from .. import _patching
+from .._state import Site, record, warn_once
+from . import _tensor
 
 Match = Callable[[Any], bool]  # is this freshly allocated tensor the harness's flush buffer?
 
@@ -33,13 +36,32 @@ class _Wait:
         self.match, self.target, self.write, self.caught = match, target, write, False
 
 
-# .waits: this thread's benchmarks still waiting, innermost last (the count of all threads'
-# waits and the stock torch.empty are process state: STATE.waiting, STATE.stock_empty)
+# .waits: this thread's benchmarks still waiting, innermost last
 _local = threading.local()
 
 
+@dataclass
+class _Swap:
+    """``torch.empty`` swapped for ``_empty`` while any thread's benchmark waits."""
+
+    waiting: int = 0  # benchmarks waiting for their buffer, in all threads
+    stock_empty: Callable[..., Any] | None = None  # torch.empty before the swap
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+SWAP = _Swap()
+
+
+def _fresh_lock_in_child() -> None:
+    SWAP.lock = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
+
+
 def _empty(*args: Any, **kwargs: Any) -> Any:
-    tensor = STATE.stock_empty(*args, **kwargs)
+    assert SWAP.stock_empty is not None  # set before the swap
+    tensor = SWAP.stock_empty(*args, **kwargs)
     waits = getattr(_local, "waits", None)
     if waits and not waits[-1].caught:
         wait = waits[-1]
@@ -50,7 +72,7 @@ def _empty(*args: Any, **kwargs: Any) -> Any:
         if matched:
             wait.caught = True
             _release()
-            return _flush.flushing_tensor(tensor, wait.target, wait.write)
+            return _tensor.flushing_tensor(tensor, wait.target, wait.write)
     return tensor
 
 
@@ -58,10 +80,10 @@ def _release() -> None:
     """One wait fewer; the last one puts the stock ``torch.empty`` back."""
     import torch
 
-    with STATE.empty_lock:
-        STATE.waiting -= 1
-        if STATE.waiting == 0 and torch.empty is _empty:  # someone else's replacement stays
-            torch.empty = STATE.stock_empty
+    with SWAP.lock:
+        SWAP.waiting -= 1
+        if SWAP.waiting == 0 and torch.empty is _empty:  # someone else's replacement stays
+            torch.empty = SWAP.stock_empty  # type: ignore[assignment]
 
 
 def waiting(target: str) -> bool:
@@ -78,11 +100,11 @@ def handing_out(match: Match, target: str, write: str = "zero_") -> Iterator[_Wa
     import torch
 
     wait = _Wait(match, target, write)
-    with STATE.empty_lock:
-        if STATE.waiting == 0 and torch.empty is not _empty:
-            STATE.stock_empty = torch.empty
+    with SWAP.lock:
+        if SWAP.waiting == 0 and torch.empty is not _empty:
+            SWAP.stock_empty = torch.empty
             torch.empty = _empty
-        STATE.waiting += 1
+        SWAP.waiting += 1
     waits = _local.__dict__.setdefault("waits", [])
     waits.append(wait)
     try:

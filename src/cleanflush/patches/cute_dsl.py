@@ -49,7 +49,7 @@ class FlushingDriver(_Proxy):
         except Exception as exc:  # not the call cutlass.testing makes, or no CUDA torch to read with
             return _flush.fall_back(NAME, f"its memset could not be followed by the read ({exc!r})", stock)
         with on_stream:
-            result = _flush.around(stock, device, 4 * int(count), NAME)
+            result = _flush.flush(NAME, write=stock, device=device, written=4 * int(count))
         return (driver.CUresult.CUDA_SUCCESS,) if result is None else result  # None: `read` skipped it
 
 

@@ -106,7 +106,8 @@ class _ReadBeforeStart(wrapt.ObjectProxy):  # type: ignore[type-arg]
         self._self_flush = (device, site.written, site.target)
 
     def record(self, *args: Any, **kwargs: Any) -> Any:
-        _flush.after_write(*self._self_flush)
+        device, written, target = self._self_flush
+        _flush.flush(target, device=device, written=written)  # the write is inline: the read after it
         return self.__wrapped__.record(*args, **kwargs)
 
 
@@ -133,7 +134,7 @@ def _record_function_enter(wrapped: Any, instance: Any, args: tuple[Any, ...], k
     if site is not None and getattr(instance, "name", None) in _regions():
         device = _device_or_warn(site, site.device_type)
         if device is not None:
-            _flush.after_write(device, site.written, site.target)
+            _flush.flush(site.target, device=device, written=site.written)  # the write is inline: the read after it
     return wrapped(*args, **kwargs)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _flush
+from .. import _read
 from .._registry import name_of
 from ._local_buffer import ScriptTimer
 
@@ -23,7 +23,7 @@ def _is_flush_buffer(tensor: Any) -> bool:
 
     if tensor.dtype != torch.float32 or tensor.dim() != 1:
         return False
-    return bool(tensor.numel() == _flush.l2_bytes(tensor.device) // 4 > 0)
+    return bool(tensor.numel() == _read.l2_bytes(tensor.device) // 4 > 0)
 
 
 TARGET = ScriptTimer(

@@ -20,6 +20,7 @@ from typing import Any
 from .. import _flush, _patching
 from .._registry import name_of
 from .._state import Site
+from . import _tensor
 
 NAME = name_of(__name__)
 # The modules whose benchmark calls the helpers as its globals.  Not where 0.1.15 defines
@@ -39,19 +40,10 @@ def _helper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str
         why = f"{wrapped.__name__} got no cache tensor (got {type(cache).__name__})"
         return _flush.fall_back(NAME, why, lambda: wrapped(*args, **kwargs), counted=False)
     one_kernel = wrapped.__name__.endswith("cupti")
-    if one_kernel and cache.device.type == "cuda":
-        _build_write_read(cache.device)
-    call.arguments["cache"] = _flush.flushing_tensor(cache, NAME, one_kernel=one_kernel)
+    # the read buffer and the one-kernel write-read made now, before the helper's profiler starts
+    _flush.prepare(cache.device, one_kernel=one_kernel)
+    call.arguments["cache"] = _tensor.flushing_tensor(cache, NAME, one_kernel=one_kernel)
     return wrapped(*call.args, **call.kwargs)
-
-
-def _build_write_read(device: Any) -> None:
-    """Compile the one-kernel write-read now, before the helper's profiler starts; where it
-    cannot be built, the flush says so when it runs."""
-    try:
-        _flush.write_read_kernel(device)
-    except Exception:  # said by the flush that cannot use it, once
-        pass
 
 
 def _is_tensor(value: Any) -> bool:

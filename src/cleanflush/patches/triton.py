@@ -27,7 +27,7 @@ from typing import Any
 from .. import _flush, _patching
 from .._registry import name_of
 from .._state import Site, State, TargetStatus, sites
-from . import _local_buffer
+from . import _local_buffer, _tensor
 
 NAME = name_of(__name__)
 DO_BENCH = "triton.testing.do_bench"
@@ -64,7 +64,7 @@ def _clear_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dic
     # the whole stock write on the plain tensor behind ours, whose zero_ would flush a second
     # time; where cleanflush owns the write, the stock clear_cache on a head of the cache (it
     # zeroes what it is given)
-    return _flush.flush(cache, lambda: wrapped(_flush.plain_tensor(cache)), NAME, wrapped)
+    return _flush.flush(NAME, write=lambda: wrapped(_tensor.plain_tensor(cache)), cache=cache, write_part=wrapped)
 
 
 def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -72,12 +72,9 @@ def _get_empty_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
     device = getattr(cache, "device", None)
     if device is None:  # not a tensor: nothing to hand out, and clear_cache says so when it flushes it
         return cache
-    try:
-        _flush.prepare(device)  # before any CUDA-graph capture of the flush
-    except _flush.ReadUnavailable:  # the flush itself says so, falls back and counts the write
-        pass
+    _flush.prepare(device)  # before any CUDA-graph capture of the flush; a read that cannot run says so then
     # for every caller that zeroes it directly: triton 3.2's do_bench, tritonbench, Helion
-    return _flush.flushing_tensor(cache, NAME)
+    return _tensor.flushing_tensor(cache, NAME)
 
 
 def patch_class(label: str, cls: type) -> Site:

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from .. import _patching
-from .._flush import READ_KERNEL
+from .._read import READ_KERNEL
 from .._registry import name_of
 from .._state import Site
 

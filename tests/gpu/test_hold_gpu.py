@@ -1,0 +1,99 @@
+"""On a CUDA GPU: the hold's failure modes.  A flush captured into a CUDA graph and replayed
+after ``uninstall()``; flushes from two threads on two streams of one device; a flush on a
+second GPU.  Run: pytest -m gpu -s"""
+
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import cleanflush  # noqa: E402
+from cleanflush import _flush, _hold, _read  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["as built", "negative control: not kept"])
+def test_a_captured_flush_replayed_after_uninstall_writes_into_nothing_freed(kept):
+    device = torch.device("cuda", torch.cuda.current_device())
+    cache = torch.empty(64 * MiB // 4, dtype=torch.int32, device=device)  # Triton's 256 MiB
+    _flush.prepare(device)  # before capture, as Triton's get_empty_cache_for_benchmark does
+    entry = _read.READS.buffers[device]
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm the allocator and the launch path outside the graph
+            _flush.flush("graph", write=cache.zero_, cache=cache)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            _flush.flush("graph", write=cache.zero_, cache=cache)
+    assert entry.captured
+    entry.captured = kept  # the control lets the buffer go, as before captured buffers were kept
+    cleanflush.uninstall()
+    assert (entry in _read.READS.kept) is kept
+    numel = entry.buffer.numel()
+    del entry  # nothing of the test holds the buffer: only cleanflush may keep it
+    # what the allocator hands out next takes the freed blocks first: the sink's, the buffer's
+    sentinels = [torch.full((n,), 7.0, device=device) for n in (1, 128, numel)]
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    untouched = all(bool((s == 7.0).all()) for s in sentinels)
+    cleanflush.install()
+    # kept: the replays wrote into none of them; not kept: the replayed read summed a sentinel
+    # into another (what a captured flush does to memory freed under it)
+    assert untouched is kept
+
+
+def test_two_threads_flushing_on_two_streams_never_hang_and_hold_within_the_bound():
+    device = torch.device("cuda", torch.cuda.current_device())
+    _flush.prepare(device)
+    spans = {0: [], 1: []}
+    errors = []
+    bound_us = _hold.HOLD_NS / 1e3
+
+    def flushes(index):
+        try:
+            cache = torch.empty(64 * MiB // 4, dtype=torch.int32, device=device)
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(40):
+                    stream.synchronize()  # an empty stream: this thread's flush holds
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    _flush.flush(f"thread {index}", write=cache.zero_, cache=cache, write_part=lambda h: h.zero_())
+                    end.record()
+                    end.synchronize()
+                    spans[index].append(start.elapsed_time(end) * 1e3)
+        except Exception as exc:  # reported by the test's own thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=flushes, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "a flush hung"
+    assert not errors, errors
+    for index, found in spans.items():
+        assert len(found) == 40
+        # each flush: its write of L2 / 8, its read of 2 x L2 (~30 us here) and a hold of at most
+        # HOLD_NS, whichever thread's call let it go
+        assert max(found) < bound_us + 150, (index, sorted(found)[-5:])
+    counts = cleanflush.flush_counts()
+    assert counts[("thread 0", "write-read")] == counts[("thread 1", "write-read")] == 40
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_flush_on_the_second_gpu_is_finished_before_its_buffer_goes():
+    second = torch.device("cuda", 1)
+    cache = torch.empty(64 * MiB // 4, dtype=torch.int32, device=second)
+    for _ in range(20):  # queued on cuda:1 while the current device is cuda:0
+        _flush.flush("second gpu", write=cache.zero_, cache=cache)
+    assert torch.cuda.current_device() == 0
+    cleanflush.uninstall()  # synchronizes cuda:1 too before its buffer goes back
+    assert torch.cuda.default_stream(second).query()
+    cleanflush.install()
