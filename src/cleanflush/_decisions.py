@@ -24,6 +24,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import wrapt
@@ -80,19 +81,29 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
     before = set(cache) if isinstance(cache, dict) else None
     timings_before = getattr(instance, "configs_timings", None)
     result = wrapped(*args, **kwargs)
-    try:
+
+    def made() -> list[dict[str, Any]]:
         # a new key whose timings are new: it was benchmarked now (a key filled from Triton's
         # disk cache leaves the previous key's timings in place; nothing to record then)
-        if before is not None and getattr(instance, "configs_timings", None) is not timings_before:
-            for key in set(instance.cache) - before:
-                write(
-                    triton_decision(
-                        instance, key, dict(getattr(instance, "configs_timings", {}) or {}), instance.cache[key]
-                    )
-                )
-    except Exception as exc:  # an Autotuner of another layout: the job runs on, the decision is not recorded
-        warn_once("decisions:triton", f"could not read a Triton autotuning decision ({exc!r})")
+        if before is None or getattr(instance, "configs_timings", None) is timings_before:
+            return []
+        timings = dict(getattr(instance, "configs_timings", {}) or {})
+        return [triton_decision(instance, key, timings, instance.cache[key]) for key in set(instance.cache) - before]
+
+    _record("triton", "a Triton autotuning decision", made)
     return result
+
+
+def _record(kind: str, what: str, made: Callable[[], list[dict[str, Any]]]) -> None:
+    """Write the decisions ``made()`` reads off an autotuner; where it cannot read them (an
+    autotuner of another layout) say so once, and let the job run on."""
+    try:
+        decisions = made()
+    except Exception as exc:  # an autotuner of another layout: said once, the job runs on unrecorded
+        warn_once(f"decisions:{kind}", f"could not read {what} ({exc!r})")
+        return
+    for decision in decisions:
+        write(decision)
 
 
 def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> dict[str, Any]:
@@ -110,10 +121,7 @@ def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> dict[str, Any]:
 
 def _benchmark_all_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     timings = wrapped(*args, **kwargs)
-    try:
-        write(kernel_decision(instance, dict(timings)))
-    except Exception as exc:  # a CachingAutotuner of another layout: said once, the job runs on
-        warn_once("decisions:kernel", f"could not read an Inductor kernel's autotuning ({exc!r})")
+    _record("kernel", "an Inductor kernel's autotuning", lambda: [kernel_decision(instance, dict(timings))])
     return timings
 
 
@@ -128,7 +136,7 @@ def choice_label(choice: Any) -> str:
 def _shape(node: Any) -> str:
     try:
         return f"{'x'.join(str(s) for s in node.get_size())} {node.get_dtype()}".replace("torch.", "")
-    except Exception:  # an input node without a size or dtype: named by its kind
+    except (AttributeError, TypeError, NotImplementedError):  # a node without a size or dtype: named by its kind
         return type(node).__name__
 
 
@@ -144,10 +152,8 @@ def inductor_decision(timings: dict[Any, float], name: str, input_nodes: list[An
 
 
 def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) -> None:
-    try:
-        write(inductor_decision(dict(timings), str(name), list(input_nodes)))
-    except Exception as exc:  # a feedback call of another layout: said once, autotuning goes on
-        warn_once("decisions:inductor", f"could not read an Inductor autotuning decision ({exc!r})")
+    decision = lambda: [inductor_decision(dict(timings), str(name), list(input_nodes))]  # noqa: E731
+    _record("inductor", "an Inductor autotuning decision", decision)
 
 
 # (module, class, method, wrapper): the methods whose calls make a decision

@@ -145,7 +145,12 @@ def prepare(device: torch.device) -> ReadBuffer:
         try:
             l2 = l2_bytes(device)
             buffer, sink = _allocate_outside_pools(device, buffer_bytes(l2) // 4)
-        except Exception as exc:  # out of memory, a device that went away: said by the flush, not retried
+        except (
+            RuntimeError,
+            AssertionError,
+            ValueError,
+            MemoryError,
+        ) as exc:  # out of memory, no such device: not retried
             reason = READS.unavailable[(BUFFER, str(device))] = f"the read buffer could not be allocated ({exc})"
             raise ReadUnavailable(reason) from exc
         entry = READS.buffers[device] = _with_kernels(ReadBuffer(buffer, sink, l2))

@@ -97,28 +97,46 @@ def measure(options: Options, progress: Callable[[str], None]) -> dict[str, Any]
 
     torch.cuda.set_device(options.device)
     device = torch.device("cuda", options.device)
-    props = torch.cuda.get_device_properties(device)
-    probe = GpuProbe(options.device, str(getattr(props, "uuid", "") or "") or None)
-    dtype = getattr(torch, options.dtype)
     names = candidates(options)
-
     progress("checking the machine")
-    others = probe.other_processes()
-    clock_before = probe.sm_clock_mhz()
-    fn, _, _ = _measure.one_row_gemm(options.n, options.k, dtype, device)
+    probe = GpuProbe(options.device, str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "") or None)
+    others, clock_before = probe.other_processes(), probe.sm_clock_mhz()
+    fn, _, _ = _measure.one_row_gemm(options.n, options.k, getattr(torch, options.dtype), device)
     _measure.warm_up(fn, 1.0)
-    clock_after = probe.sm_clock_mhz()
+    machine = {
+        "other_processes": others,
+        "sm_clock_mhz_before": clock_before,
+        "sm_clock_mhz_after": probe.sm_clock_mhz(),
+    }
+    record = _new_record(options, names, device, probe, machine)
+    inductor = None if options.controls else _inductor(progress)  # the controls break only the do_bench path
+    record["flushes"] = _timed_rounds(options, names, fn, inductor, record["timings_us"], progress)
+    if options.ncu:
+        progress("Nsight Compute: DRAM bytes the timed GEMM writes after each flush")
+        record["ncu"] = _ncu(options, [STOCK, *names])
+    return record
 
-    inductor = None
-    if not options.controls:  # the controls break the do_bench path; Inductor is judged in plain runs
-        try:
-            from torch._inductor.runtime import benchmarking
 
-            inductor = benchmarking.InductorBenchmarker() if hasattr(benchmarking, "InductorBenchmarker") else None
-        except Exception as exc:  # an Inductor that does not import here: judged on do_bench alone, said
-            progress(f"Inductor not measured: {exc!r}")
+def _inductor(progress: Callable[[str], None]) -> Any:
+    """Inductor's benchmarker, or None where this torch has none or it does not import (said)."""
+    try:
+        from torch._inductor.runtime import benchmarking
 
-    record = new_record(
+        return benchmarking.InductorBenchmarker() if hasattr(benchmarking, "InductorBenchmarker") else None
+    except Exception as exc:  # an Inductor that does not import here: judged on do_bench alone, said
+        progress(f"Inductor not measured: {exc!r}")
+        return None
+
+
+def _new_record(
+    options: Options, names: list[str], device: Any, probe: GpuProbe, machine: dict[str, Any]
+) -> dict[str, Any]:
+    """The record's header: the kernel, the machine, the software, what cleanflush does here."""
+    import torch
+    import triton
+
+    props = torch.cuda.get_device_properties(device)
+    return new_record(
         kernel={
             "op": "F.linear, one input row",
             "n": options.n,
@@ -130,10 +148,10 @@ def measure(options: Options, progress: Callable[[str], None]) -> dict[str, Any]
             "gpu": props.name,
             "l2_bytes": int(props.L2_cache_size),
             "driver": probe.driver(),
-            "sm_clock_mhz_before": clock_before,
-            "sm_clock_mhz_after": clock_after,
+            "sm_clock_mhz_before": machine["sm_clock_mhz_before"],
+            "sm_clock_mhz_after": machine["sm_clock_mhz_after"],
             "warm_up_s": 1.0,
-            "other_processes": others,
+            "other_processes": machine["other_processes"],
             "probe": probe.source,
         },
         software={
@@ -148,41 +166,47 @@ def measure(options: Options, progress: Callable[[str], None]) -> dict[str, Any]
         rounds=options.rounds,
         candidates=names,
     )
-    t = record["timings_us"]
+
+
+def _timed_rounds(
+    options: Options,
+    names: list[str],
+    fn: Callable[[], Any],
+    inductor: Any,
+    t: dict[str, Any],
+    progress: Callable[[str], None],
+) -> dict[str, dict[str, int]]:
+    """Fill the timings ``t`` round by round, interleaved; return the flushes each candidate made."""
+    import torch
+    import triton.testing
+
+    from .. import _measure
+
+    device, dtype = torch.device("cuda", options.device), getattr(torch, options.dtype)
     flushes: dict[str, dict[str, int]] = {name: {} for name in [STOCK, *names]}
 
     def do_bench() -> float:
         return _stats.central_mean(triton.testing.do_bench(fn, return_mode="all")) * 1e3
 
+    def timed(kind: str, name: str, run: Callable[[], float]) -> None:
+        with flushing(name):
+            t[kind].setdefault(name, []).append(_counted(run, flushes[name]))
+
     for r in range(options.rounds):
         progress(f"round {r + 1}/{options.rounds}")
-        with flushing(STOCK):
-            t["do_bench"].setdefault(STOCK, []).append(_counted(do_bench, flushes[STOCK]))
+        timed("do_bench", STOCK, do_bench)
         for name in names:
-            with flushing(name):
-                t["do_bench"].setdefault(name, []).append(_counted(do_bench, flushes[name]))
+            timed("do_bench", name, do_bench)
             # right after the candidate: the verdict compares the two round by round
             reference = _measure.read_flush_reference(fn, REFERENCE_ITERS, device)
             t["reference"].setdefault(name, []).append(_stats.central_mean(reference))
             t["reference_min"].setdefault(name, []).append(min(reference))
             if inductor is not None:
-                with flushing(STOCK):
-                    t["inductor"].setdefault(STOCK, []).append(
-                        _counted(lambda: inductor.benchmark_gpu(fn) * 1e3, flushes[STOCK])
-                    )
-                with flushing(name):
-                    t["inductor"].setdefault(name, []).append(
-                        _counted(lambda: inductor.benchmark_gpu(fn) * 1e3, flushes[name])
-                    )
-        t["rotating_graph"].append(
-            1e3 * statistics.median(_measure.rotating_weight_graph(options.n, options.k, dtype, device, replays=10))
-        )
-    record["flushes"] = flushes
-
-    if options.ncu:
-        progress("Nsight Compute: DRAM bytes the timed GEMM writes after each flush")
-        record["ncu"] = _ncu(options, [STOCK, *names])
-    return record
+                timed("inductor", STOCK, lambda: inductor.benchmark_gpu(fn) * 1e3)
+                timed("inductor", name, lambda: inductor.benchmark_gpu(fn) * 1e3)
+        graph = _measure.rotating_weight_graph(options.n, options.k, dtype, device, replays=10)
+        t["rotating_graph"].append(1e3 * statistics.median(graph))
+    return flushes
 
 
 def _ncu(options: Options, names: list[str]) -> dict[str, Any]:

@@ -239,73 +239,90 @@ def judge_timing(
     return ("pass" if margin >= 0 else "fail"), margin, f"{name}: {where}: {removed}"
 
 
+class _Reasons:
+    """The reasons a verdict gives, in order, and whether any of them failed it."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.failed = False
+
+    def add(self, ok: bool, why: str) -> None:
+        self.failed |= not ok
+        self.lines.append(("" if ok else "FAIL: ") + why)
+
+
 def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
     """The verdict on do_bench (and, where measured, Inductor) under ``candidate``."""
-    reasons: list[str] = []
-    failed = False
     if claimed_policy(candidate) == "write" and candidate not in CONTROLS:
         return _verdict("FAIL", ["the policy is 'write', the stock flush: there is no clean flush to verify"], None)
+    reasons = _Reasons()
     counts = record["flushes"].get(candidate, {})
     ok, why = flush_evidence(counts, "triton", candidate)
-    failed |= not ok
-    reasons.append(("" if ok else "FAIL: ") + why)
+    reasons.add(ok, why)
     if not ok:
-        reasons.extend(_why_not("triton", record))
-
+        reasons.lines.extend(_why_not("triton", record))
     t = record["timings_us"]
     state, margin, why = judge_timing(
         "do_bench", t["do_bench"]["stock"], t["do_bench"][candidate], t["reference"][candidate], t.get("rotating_graph")
     )
-    failed |= state == "fail"
-    reasons.append(("FAIL: " if state == "fail" else "") + why)
-    no_penalty = state == "no-penalty"
-
-    inductor = t.get("inductor", {})
-    if candidate in inductor:
-        target = "InductorBenchmarker.benchmark_gpu"
-        ok, why = flush_evidence(counts, target, candidate)
-        failed |= not ok
-        reasons.append(("" if ok else "FAIL: ") + why)
-        istate, imargin, iwhy = judge_timing(
-            "Inductor benchmark_gpu (min)", inductor["stock"], inductor[candidate], t["reference_min"][candidate], None
-        )
-        failed |= istate == "fail"
-        reasons.append(("FAIL: " if istate == "fail" else "") + iwhy)
-        if state == "fail" and margin is not None and istate != "fail":
-            reasons.append(
-                "do_bench's mean failed where Inductor's min under the same flush did not: dirty lines slow "
-                "every call, so what the min does not show is more likely launch latency (a host slower per "
-                "call than the GPU, docs/limits.md) than L2"
-            )
-        if imargin is not None and margin is not None:
-            margin = min(margin, imargin)
-
-    ncu = record.get("ncu")
-    if ncu is not None:
-        if "error" in ncu:
-            reasons.append(f"Nsight Compute could not run ({ncu['error']}): judged on timing and flush counts only")
-        elif candidate in ncu:
-            dirty = ncu[candidate]
-            stock = ncu.get("stock")
-            bytes_ok = dirty <= NCU_DIRTY_MB
-            failed |= not bytes_ok
-            reasons.append(
-                ("" if bytes_ok else "FAIL: ")
-                + f"Nsight Compute: the timed GEMM writes {dirty:.3f} MB after this flush"
-                + (f" (stock {stock:.2f} MB); " if stock is not None else "; ")
-                + (
-                    f"at most {NCU_DIRTY_MB} MB is clean"
-                    if bytes_ok
-                    else f"more than {NCU_DIRTY_MB} MB is dirty write-back, whatever the timing says"
-                )
-            )
-
+    reasons.add(state != "fail", why)
+    if candidate in t.get("inductor", {}):
+        margin = _judge_inductor(reasons, record, counts, candidate, state, margin)
+    _judge_ncu(reasons, record.get("ncu"), candidate)
     others = record["machine"].get("other_processes")
     if others:
-        reasons.append(f"UNRELIABLE: {len(others)} other process(es) on this GPU (pids {others})")
-    if failed:
-        return _verdict("FAIL", reasons, margin)
-    return _verdict("NO-PENALTY" if no_penalty else "PASS", reasons, margin)
+        reasons.lines.append(f"UNRELIABLE: {len(others)} other process(es) on this GPU (pids {others})")
+    if reasons.failed:
+        return _verdict("FAIL", reasons.lines, margin)
+    return _verdict("NO-PENALTY" if state == "no-penalty" else "PASS", reasons.lines, margin)
+
+
+def _judge_inductor(
+    reasons: _Reasons,
+    record: dict[str, Any],
+    counts: dict[str, int],
+    candidate: str,
+    do_bench_state: str,
+    margin: float | None,
+) -> float | None:
+    """Inductor's flush counts and timing under ``candidate``; the tighter margin of the two."""
+    t = record["timings_us"]
+    inductor = t["inductor"]
+    reasons.add(*flush_evidence(counts, "InductorBenchmarker.benchmark_gpu", candidate))
+    state, imargin, why = judge_timing(
+        "Inductor benchmark_gpu (min)", inductor["stock"], inductor[candidate], t["reference_min"][candidate], None
+    )
+    reasons.add(state != "fail", why)
+    if do_bench_state == "fail" and margin is not None and state != "fail":
+        reasons.lines.append(
+            "do_bench's mean failed where Inductor's min under the same flush did not: dirty lines slow "
+            "every call, so what the min does not show is more likely launch latency (a host slower per "
+            "call than the GPU, docs/limits.md) than L2"
+        )
+    return min(margin, imargin) if imargin is not None and margin is not None else margin
+
+
+def _judge_ncu(reasons: _Reasons, ncu: dict[str, Any] | None, candidate: str) -> None:
+    """The DRAM bytes the timed GEMM wrote after ``candidate``, where Nsight Compute ran."""
+    if ncu is None:
+        return
+    if "error" in ncu:
+        reasons.lines.append(f"Nsight Compute could not run ({ncu['error']}): judged on timing and flush counts only")
+        return
+    if candidate not in ncu:
+        return
+    dirty, stock = ncu[candidate], ncu.get("stock")
+    clean = dirty <= NCU_DIRTY_MB
+    reasons.add(
+        clean,
+        f"Nsight Compute: the timed GEMM writes {dirty:.3f} MB after this flush"
+        + (f" (stock {stock:.2f} MB); " if stock is not None else "; ")
+        + (
+            f"at most {NCU_DIRTY_MB} MB is clean"
+            if clean
+            else f"more than {NCU_DIRTY_MB} MB is dirty write-back, whatever the timing says"
+        ),
+    )
 
 
 def _verdict(result: str, reasons: list[str], margin: float | None) -> dict[str, Any]:

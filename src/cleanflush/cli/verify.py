@@ -72,33 +72,9 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if problem:
         print(f"cleanflush verify: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    shapes = list(dict.fromkeys((args.shape or []) + list(PRESETS.get(args.preset or "", ()))))
     start = time.perf_counter()
-
-    def progress(step: str) -> None:
-        print(f"[{time.perf_counter() - start:5.1f} s] {step}", file=sys.stderr, flush=True)
-
-    judge = verdict.judge_controls if args.controls else verdict.judge
-    records = []
     try:
-        for device in measure.devices(args.device):
-            for n, k in shapes or [(4096, 4096)]:
-                options = Options(
-                    n=n,
-                    k=k,
-                    dtype=args.dtype,
-                    device=device,
-                    rounds=args.rounds,
-                    ncu=args.ncu,
-                    controls=args.controls,
-                    json_path=args.json,
-                )
-                if len(shapes) > 1 or args.device != "0":
-                    progress(f"cuda:{device}, {n} x {k} {args.dtype}")
-                record = measure.measure(options, progress)
-                judged = judge(record)
-                record["verdict"] = {**judged, "exit_code": _code(judged["result"])}
-                records.append(record)
+        records = _judged_records(args, start)
     except CannotRun as exc:
         print(f"cleanflush verify: cannot run here: {exc}", file=sys.stderr)
         if args.json:
@@ -117,15 +93,35 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         emit(record, text, args.json)
         return int(judged["exit_code"])
     overall = verdict.overall([r["verdict"]["result"] for r in records])
-    code = _code(overall)
     data = {
         "schema": verdict.SCHEMA,
         "records": records,
-        "verdict": {"result": overall, "exit_code": code},
+        "verdict": {"result": overall, "exit_code": _code(overall)},
         "elapsed_s": elapsed,
     }
     emit(data, report.format_summary(records, overall), args.json)
-    return code
+    return _code(overall)
+
+
+def _judged_records(args: argparse.Namespace, start: float) -> list[dict[str, Any]]:
+    """One measured and judged record per device and shape; CannotRun where nothing can be measured."""
+    shapes = list(dict.fromkeys((args.shape or []) + list(PRESETS.get(args.preset or "", ())))) or [(4096, 4096)]
+
+    def progress(step: str) -> None:
+        print(f"[{time.perf_counter() - start:5.1f} s] {step}", file=sys.stderr, flush=True)
+
+    judge = verdict.judge_controls if args.controls else verdict.judge
+    records = []
+    for device in measure.devices(args.device):
+        for n, k in shapes:
+            if len(shapes) > 1 or args.device != "0":
+                progress(f"cuda:{device}, {n} x {k} {args.dtype}")
+            options = Options(n, k, args.dtype, device, args.rounds, args.ncu, args.controls, args.json)
+            record = measure.measure(options, progress)
+            judged = judge(record)
+            record["verdict"] = {**judged, "exit_code": _code(judged["result"])}
+            records.append(record)
+    return records
 
 
 def _code(result: str) -> int:

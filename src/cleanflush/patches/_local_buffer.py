@@ -67,7 +67,7 @@ def _empty(*args: Any, **kwargs: Any) -> Any:
         wait = waits[-1]
         try:
             matched = wait.match(tensor)
-        except Exception:  # an allocation the match cannot read (a shape it did not expect): not it
+        except (AttributeError, TypeError, ValueError, RuntimeError):  # a tensor the match cannot read: not it
             matched = False
         if matched:
             wait.caught = True

@@ -46,7 +46,7 @@ class FlushingDriver(_Proxy):
         try:
             _, _, count, stream = args
             device, on_stream = where(int(stream))
-        except Exception as exc:  # not the call cutlass.testing makes, or no CUDA torch to read with
+        except (ValueError, TypeError, RuntimeError, AssertionError) as exc:  # another call, no CUDA torch
             return _flush.fall_back(NAME, f"its memset could not be followed by the read ({exc!r})", stock)
         with on_stream:
             result = _flush.flush(NAME, write=stock, device=device, written=4 * int(count))

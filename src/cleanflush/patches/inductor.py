@@ -75,7 +75,7 @@ def _device_or_warn(site: _Site, device_type: Any) -> Any:
     """The device to read on, or None (with one warning) when there is none to find."""
     try:
         return _device(site, device_type)
-    except Exception as exc:  # a device type torch cannot resolve here: no read, the stock flush
+    except (AttributeError, RuntimeError, AssertionError) as exc:  # a device type torch cannot resolve: no read
         warn_once(f"device:{site.target}", f"{site.target}: no device for the read ({exc!r}); stock flush kept")
         return None
 
