@@ -19,50 +19,61 @@ def draw(result: dict[str, Any], path: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no figure (pip install matplotlib)"
-    cmp, policy = result["comparison"], result["policy"]
     fig, (agree, cost, e2e) = plt.subplots(1, 3, figsize=(14, 4.5), gridspec_kw={"width_ratios": [0.6, 1.2, 1]})
-    a = cmp["agreement"]
-    sides = [(STOCK, a[STOCK]), (policy, a["clean"])]
-    agree.bar(range(2), [s["made_in_every_run"] for _, s in sides], color="#ddd", label="decisions")
-    agree.bar(range(2), [s["agree"] for _, s in sides], color=["#c44", "#48c"], label="runs agree")
-    agree.set_xticks(range(2), [name for name, _ in sides])
-    agree.set_title(f"reproducible ({result['runs_compared']} runs a side)")
-    agree.legend(fontsize=7)
+    _agreement(agree, result)
+    _costs(cost, result["comparison"])
+    _end_to_end(e2e, result.get("end_to_end") or {}, result["policy"])
+    fig.suptitle(f"cleanflush ab: stock ({STOCK}) vs {result['policy']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def _agreement(ax: Any, result: dict[str, Any]) -> None:
+    a = result["comparison"]["agreement"]
+    sides = [(STOCK, a[STOCK]), (result["policy"], a["clean"])]
+    ax.bar(range(2), [s["made_in_every_run"] for _, s in sides], color="#ddd", label="decisions")
+    ax.bar(range(2), [s["agree"] for _, s in sides], color=["#c44", "#48c"], label="runs agree")
+    ax.set_xticks(range(2), [name for name, _ in sides])
+    ax.set_title(f"reproducible ({result['runs_compared']} runs a side)")
+    ax.legend(fontsize=7)
+
+
+def _costs(ax: Any, cmp: dict[str, Any]) -> None:
     changed = cmp["changed"]
     if changed:
         labels = [f"{short(d['op'].split('.')[-1], 32)}\n{short(d['key'], 32)}" for d in changed]
         mid = [100 * d["cost"] for d in changed]
         low = [100 * (d["cost"] - d["cost_low"]) for d in changed]
         high = [100 * (d["cost_high"] - d["cost"]) for d in changed]
-        cost.barh(range(len(mid)), mid, xerr=[low, high], height=0.6, color="#c44")
-        cost.set_yticks(range(len(mid)), labels, fontsize=6)
-        cost.set_ylim(len(mid) - 0.5, -0.5 - max(0, 2 - len(mid)))
-        cost.set_xlabel("stock pick slower, by the clean timing (%)")
+        ax.barh(range(len(mid)), mid, xerr=[low, high], height=0.6, color="#c44")
+        ax.set_yticks(range(len(mid)), labels, fontsize=6)
+        ax.set_ylim(len(mid) - 0.5, -0.5 - max(0, 2 - len(mid)))
+        ax.set_xlabel("stock pick slower, by the clean timing (%)")
     else:
-        cost.text(0.5, 0.5, "the dirty flush changed no\ndecision beyond the noise", ha="center", va="center")
-        cost.set_axis_off()
-    cost.set_title(f"changed decisions: {len(changed)} of {len(cmp['decisions'])}")
-    timed = result.get("end_to_end") or {}
+        ax.text(0.5, 0.5, "the dirty flush changed no\ndecision beyond the noise", ha="center", va="center")
+        ax.set_axis_off()
+    ax.set_title(f"changed decisions: {len(changed)} of {len(cmp['decisions'])}")
+
+
+def _end_to_end(ax: Any, timed: dict[str, Any], policy: str) -> None:
     rows = timed.get("graphs", []) + ([{"name": "in total", **timed["total"]}] if timed.get("total") else [])
-    if rows:
-        mid = [100 * (g["ratio"]["median"] - 1) for g in rows]
-        low = [100 * (g["ratio"]["median"] - g["ratio"]["q1"]) for g in rows]
-        high = [100 * (g["ratio"]["q3"] - g["ratio"]["median"]) for g in rows]
-        noise = max((v for g in rows for v in g["same_side"].values() if v is not None), default=None)
-        if noise is not None:  # programs tuned under the same flush differ by this much
-            e2e.axvspan(-100 * noise, 100 * noise, color="#eee", label="same-flush spread")
-            e2e.legend(fontsize=7)
-        e2e.barh(range(len(rows)), mid, xerr=[low, high], height=0.6, color="#888")
-        e2e.set_yticks(range(len(rows)), [g["name"] for g in rows], fontsize=7)
-        e2e.set_ylim(len(rows) - 0.5, -0.5)
-        e2e.axvline(0, color="k", lw=1)
-        e2e.set_xlabel(f"stock-tuned program slower than {policy}-tuned (%)", fontsize=8)
-    else:
-        e2e.text(0.5, 0.5, "no compiled program\nto time end to end", ha="center", va="center")
-        e2e.set_axis_off()
-    e2e.set_title("end to end (q1-q3)")
-    fig.suptitle(f"cleanflush ab: stock ({STOCK}) vs {policy}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return None
+    if not rows:
+        ax.text(0.5, 0.5, "no compiled program\nto time end to end", ha="center", va="center")
+        ax.set_axis_off()
+        ax.set_title("end to end (q1-q3)")
+        return
+    mid = [100 * (g["ratio"]["median"] - 1) for g in rows]
+    low = [100 * (g["ratio"]["median"] - g["ratio"]["q1"]) for g in rows]
+    high = [100 * (g["ratio"]["q3"] - g["ratio"]["median"]) for g in rows]
+    noise = max((v for g in rows for v in g["same_side"].values() if v is not None), default=None)
+    if noise is not None:  # programs tuned under the same flush differ by this much
+        ax.axvspan(-100 * noise, 100 * noise, color="#eee", label="same-flush spread")
+        ax.legend(fontsize=7)
+    ax.barh(range(len(rows)), mid, xerr=[low, high], height=0.6, color="#888")
+    ax.set_yticks(range(len(rows)), [g["name"] for g in rows], fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.axvline(0, color="k", lw=1)
+    ax.set_xlabel(f"stock-tuned program slower than {policy}-tuned (%)", fontsize=8)
+    ax.set_title("end to end (q1-q3)")

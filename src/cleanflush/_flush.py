@@ -68,14 +68,12 @@ def flush(
     """Flush L2 before a timed call under the active policy; return what ``write`` returns
     (None where it did not run).
 
-    ``label``: the patched site, as the counters and status name it.  ``write``: the
-    harness's stock write, run or skipped as the policy says; None where the harness writes
-    inline and has written already.  ``cache``: the tensor that write writes (the device and
-    the bytes written are its own); else ``device`` and ``written`` (None: one L2).
-    ``write_part(head)``: the same write on a tensor over the cache's first bytes, where
-    cleanflush owns the write.  ``one_kernel``: write-read as one kernel, zeros then read,
-    for timers that subtract the device span of a range around the flush (TileLang's CUPTI
-    timer: two kernels leave a gap in that span, taken off the kernel's time).
+    ``label``: the site, as counters and status name it.  ``write``: the harness's stock
+    write; None where the harness writes inline and has written.  ``cache``: the tensor it
+    writes (device and bytes are its own); else ``device`` and ``written`` (None: one L2).
+    ``write_part(head)``: the same write on the cache's first bytes, where cleanflush owns
+    the write.  ``one_kernel``: write-read as one kernel, for timers that subtract a range
+    around the flush (TileLang's CUPTI timer: two kernels leave a gap in it).
     """
     policy = current_policy()
     if policy == "write":
@@ -96,12 +94,7 @@ def flush(
         head = _owned_head(entry, cache) if policy == "write-read" and write_part is not None else None
     except Exception as exc:  # our own preparation must never break the benchmark: the stock write
         return _without_read(label, device, exc, write)
-    if head is not None and write_part is not None:
-        result, written = write_part(head), head.numel() * head.element_size()
-    elif policy == "write-read" or write is None:  # an inline write has run: the read follows it
-        result = write() if write is not None else None
-    else:
-        result, written = None, 0
+    result, written = _write(policy, write, write_part, head, written)
     try:
         nbytes = _read.read_bytes(entry.l2, entry.l2 if written is None else written, owned=head is not None)
         _read.read(entry, _region(entry, nbytes, cache), hold, capturing)
@@ -110,6 +103,21 @@ def flush(
         return _without_read(label, device, exc, None if whole else write, result)
     count_flush(label, policy if write is not None else "write-read")
     return result
+
+
+def _write(
+    policy: str,
+    write: Callable[[], Any] | None,
+    write_part: Callable[[torch.Tensor], Any] | None,
+    head: torch.Tensor | None,
+    written: int | None,
+) -> tuple[Any, int | None]:
+    """The write before the read, as ``policy`` says: (what it returned, the bytes written)."""
+    if head is not None and write_part is not None:
+        return write_part(head), head.numel() * head.element_size()
+    if policy == "write-read" or write is None:  # an inline write has run: the read follows it
+        return (write() if write is not None else None), written
+    return None, 0  # read: nothing written
 
 
 def prepare(device: torch.device, one_kernel: bool = False) -> str | None:

@@ -170,33 +170,17 @@ def ncu_metrics(
     --clock-control none``) and replays the whole program per pass, so each kernel sees the
     L2 state the program left, as in a real benchmark.
     """
-    out = subprocess.run(
-        [
-            "ncu",
-            "--cache-control",
-            "none",
-            "--clock-control",
-            "none",
-            "--replay-mode",
-            "application",
-            "--profile-from-start",
-            "off",
-            "--nvtx",
-            "--nvtx-include",
-            "timed/",
-            "--csv",
-            "--metrics",
-            ",".join(metrics),
-            sys.executable,
-            *program,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    options = "--cache-control none --clock-control none --replay-mode application --profile-from-start off"
+    command = ["ncu", *options.split(), "--nvtx", "--nvtx-include", "timed/", "--csv", "--metrics", ",".join(metrics)]
+    out = subprocess.run([*command, sys.executable, *program], capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
         raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout).strip()[-500:]}")
-    rows = [r for r in csv.reader(out.stdout.splitlines()) if len(r) > 10]
+    return _ncu_rows(out.stdout, metrics)
+
+
+def _ncu_rows(csv_text: str, metrics: tuple[str, ...]) -> list[tuple[str, dict[str, float]]]:
+    """(kernel name, {metric: value}) per kernel of Nsight Compute's CSV, in launch order."""
+    rows = [r for r in csv.reader(csv_text.splitlines()) if len(r) > 10]
     if not rows:
         raise RuntimeError("ncu reported no kernels")
     col = {name: i for i, name in enumerate(rows[0])}
