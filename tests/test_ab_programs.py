@@ -108,9 +108,37 @@ def test_a_graph_missing_from_a_run_or_a_program_that_cannot_load_is_named_not_t
     assert record["graphs"][0]["verdict"] == "unknown"  # one run a side
     assert record["graphs"][0]["same_side"] == {"write": None, "write-read": None}
     assert record["problems"] == [
-        f"{broken}: cannot load (RuntimeError: no GPU here)",
+        f"{broken}: cannot be timed (RuntimeError: no GPU here)",
         "graph 1 (float32[8][1]@cpu #1) was not compiled by every run: not timed",
     ]
+
+
+@pytest.mark.parametrize(
+    "breaking, why",
+    [
+        ("def call(args):\n    raise RuntimeError('illegal memory access')\n", "RuntimeError: illegal memory access"),
+        ("def get_args():\n    return None\n", "TypeError: 'NoneType' object is not iterable"),
+    ],
+    ids=["first call raises", "get_args returns None"],
+)
+def test_a_program_that_cannot_run_is_named_and_the_others_are_timed(tmp_path, breaking, why):
+    broken = tmp_path / "broken.py"
+    broken.write_text(PROGRAM.format(seconds=0, shape=(4, 4)) + breaking)  # its def replaces the good one
+    runs = [
+        {"side": "write", "paths": [program(tmp_path, "s.py", 0)]},
+        {"side": "write-read", "paths": [str(broken), program(tmp_path, "c.py", 0)]},
+    ]
+    record = programs.time_programs(runs, reps=2, sample_s=0.0001)
+    assert [g["inputs"] for g in record["graphs"]] == ["float32[4, 4][4, 1]@cpu #1"]
+    assert record["problems"] == [f"{broken}: cannot be timed ({why})"]
+
+
+def test_a_dangling_link_in_a_runs_cache_is_named_and_skipped(tmp_path):
+    good = program(tmp_path / "cache", "a.py", 0)
+    (tmp_path / "cache" / "gone.py").symlink_to(tmp_path / "nowhere.py")
+    problems = []
+    assert programs.find(str(tmp_path / "cache"), problems) == [good]
+    assert problems == [f"{tmp_path / 'cache' / 'gone.py'}: cannot read (No such file or directory)"]
 
 
 def test_a_program_that_cannot_load_is_named_in_at_most_300_characters(tmp_path):

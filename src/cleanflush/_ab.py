@@ -375,7 +375,8 @@ def _time_programs(
 ) -> dict[str, Any] | None:
     """The end-to-end timing of the programs the runs compiled (``_ab_programs``), in a
     process of its own; None when no run compiled one."""
-    runs = [{"side": side, "paths": _ab_programs.find(os.path.join(f, "inductor"))} for side, f in folders]
+    unreadable: list[str] = []
+    runs = [{"side": side, "paths": _ab_programs.find(os.path.join(f, "inductor"), unreadable)} for side, f in folders]
     if not any(r["paths"] for r in runs):
         return None
     print("cleanflush ab: timing the programs every run compiled, end to end", file=sys.stderr, flush=True)
@@ -395,9 +396,13 @@ def _time_programs(
     )
     if child.returncode != 0 or not os.path.exists(out):
         last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"graphs": [], "problems": [f"the timing process failed (exit {child.returncode}): {last}"[:300]]}
+        return {
+            "graphs": [],
+            "problems": [*unreadable, f"the timing process failed (exit {child.returncode}): {last}"[:300]],
+        }
     with open(out, encoding="utf-8") as f:
         record: dict[str, Any] = json.load(f)
+    record["problems"] = unreadable + record["problems"]
     return record
 
 

@@ -32,17 +32,23 @@ SAMPLE_S = 0.002  # back-to-back calls per sample: enough to fill this much time
 SLOWER, FASTER, WITHIN_NOISE, UNKNOWN = "slower", "faster", "within noise", "unknown"
 
 
-def find(folder: str) -> list[str]:
-    """The compiled programs (Inductor output code) under ``folder``, in the order written."""
+def find(folder: str, problems: list[str] | None = None) -> list[str]:
+    """The compiled programs (Inductor output code) under ``folder``, in the order written; a
+    ``.py`` file that cannot be read (a dangling link) is left out, and named in ``problems``."""
     found = []
     for root, _dirs, files in os.walk(folder):
         for name in files:
             path = os.path.join(root, name)
-            if name.endswith(".py"):
+            if not name.endswith(".py"):
+                continue
+            try:
                 with open(path, encoding="utf-8", errors="replace") as f:
                     if MARK in f.read():
-                        found.append(path)
-    return sorted(found, key=os.path.getmtime)
+                        found.append((os.path.getmtime(path), path))
+            except OSError as exc:
+                if problems is not None:
+                    problems.append(f"{path}: cannot read ({exc.strerror or exc})")
+    return [path for _, path in sorted(found)]
 
 
 def _signature(args: list[Any]) -> str:
@@ -112,31 +118,8 @@ def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float 
     one graph's inputs are alive at a time, so a job whose weights fill half the GPU can be
     timed with several runs a side.
     """
-    import cleanflush
-
     problems: list[str] = []
-    programs: dict[str, list[dict[str, Any]]] = {}  # graph -> its program in each run
-    for r, run in enumerate(runs):
-        seen: Counter[str] = Counter()
-        for path in run["paths"]:
-            why = _fresh_kernels()
-            if why and why not in problems:
-                problems.append(why)
-            try:
-                module = _load(path, sum(map(len, programs.values())))
-                args = module.get_args()
-            except Exception as exc:  # a program that cannot load is left out and named
-                problems.append(f"{path}: cannot load ({type(exc).__name__}: {exc})"[:300])
-                continue
-            signature = _signature(args)
-            seen[signature] += 1
-            with cleanflush.policy(run["side"]):  # the first call tunes its kernels' configs
-                module.call(list(args))
-            cuda = any(getattr(getattr(a, "device", None), "type", None) == "cuda" for a in args)
-            del args
-            programs.setdefault(f"{signature} #{seen[signature]}", []).append(
-                {"run": r, "path": path, "module": module, "cuda": cuda}
-            )
+    programs = _load_programs(runs, problems)
     sides = list(dict.fromkeys(run["side"] for run in runs))
     graphs = []
     for number, (graph, found) in enumerate(programs.items(), 1):
@@ -163,6 +146,36 @@ def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float 
         }
         record["total"] = {k: v for k, v in _summary(total).items() if k != "program_samples"}
     return record
+
+
+def _load_programs(runs: list[dict[str, Any]], problems: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """graph (its inputs, and which of the run's graphs with them) -> its program in each run,
+    each tuned by one call under its run's flush; what cannot load is named in ``problems``."""
+    import cleanflush
+
+    programs: dict[str, list[dict[str, Any]]] = {}
+    for r, run in enumerate(runs):
+        seen: Counter[str] = Counter()
+        for path in run["paths"]:
+            why = _fresh_kernels()
+            if why and why not in problems:
+                problems.append(why)
+            try:
+                module = _load(path, sum(map(len, programs.values())))
+                args = list(module.get_args())
+                signature = _signature(args)
+                with cleanflush.policy(run["side"]):  # the first call tunes its kernels' configs
+                    module.call(list(args))
+            except Exception as exc:  # a program that cannot load, make its inputs or run is left out, named
+                problems.append(f"{path}: cannot be timed ({type(exc).__name__}: {exc})"[:300])
+                continue
+            seen[signature] += 1
+            cuda = any(getattr(getattr(a, "device", None), "type", None) == "cuda" for a in args)
+            del args
+            programs.setdefault(f"{signature} #{seen[signature]}", []).append(
+                {"run": r, "path": path, "module": module, "cuda": cuda}
+            )
+    return programs
 
 
 def _run(module: Any) -> Callable[[], Any]:
