@@ -252,7 +252,7 @@ def test_json_in_a_file_is_indented_too(tmp_path):
 
     path = tmp_path / "r.json"
     _output.emit({"a": [1]}, "", str(path))
-    assert path.read_text() == '{\n  "a": [\n    1\n  ]\n}'
+    assert path.read_text() == '{\n  "a": [\n    1\n  ]\n}\n'  # a text file ends its last line
 
 
 def test_report_file_records_each_process_that_flushed(tmp_path):

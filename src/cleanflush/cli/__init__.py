@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action="version", version=f"cleanflush {cleanflush.__version__}")
     commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
     for module in COMMANDS.values():
-        module.add_parser(commands)
+        command = module.add_parser(commands)
+        command.set_defaults(command_parser=command)  # a command's usage errors show its own usage
     return parser
 
 
@@ -38,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        code: int = COMMANDS[args.name].main(args, parser)
-        sys.stdout.flush()
+        code: int = COMMANDS[args.name].main(args, args.command_parser)
+        if sys.stdout is not None:  # closed (`>&-`): nothing to flush
+            sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (`| head`): end quietly
         quiet_broken_pipe()
         return 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import subprocess
 import sys
-from typing import Any
 
 from .. import _ab, _env
 from ._output import EXIT_USAGE, emit, json_option, output_problem, text_stream
@@ -29,7 +29,7 @@ def positive(text: str) -> int:
     return value
 
 
-def add_parser(commands: Any) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     ab = commands.add_parser(
         "ab",
         help="run a command with the stock flush and with a clean one; show which autotuning "
@@ -63,6 +63,7 @@ def add_parser(commands: Any) -> None:
     )
     json_option(ab)
     ab.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return ab
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
@@ -78,11 +79,18 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 def _job_stdout(json_path: str | None) -> int:
     """The descriptor the job's own output goes to: the text's (stderr when stdout carries
     the JSON); where that stream was replaced by one without a descriptor (``main`` called
-    in a process that captures its output), the process's own 2 or 1."""
+    in a process that captures its output), the process's own 2 or 1; where that is closed
+    (``>&-``), nowhere (the job still runs)."""
+    stream = text_stream(json_path)
     try:
-        return int(text_stream(json_path).fileno())
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
-        return 2 if json_path == "-" else 1
+        fd = int(stream.fileno()) if stream is not None else (2 if json_path == "-" else 1)
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        fd = 2 if json_path == "-" else 1
+    try:
+        os.fstat(fd)
+    except OSError:  # closed
+        return subprocess.DEVNULL
+    return fd
 
 
 def _cuda_here() -> str | bool:

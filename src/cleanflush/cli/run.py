@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from .. import _env, _policy, _registry
 from ._output import EXIT_USAGE
@@ -34,13 +33,15 @@ def command_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> lis
     return command
 
 
-def add_parser(commands: Any) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run",
         help="run a command with cleanflush on, in it and every Python child",
         description="Check the policy, then replace this process with COMMAND, run with CLEANFLUSH set: "
         "every Python process it starts is patched from its first import of torch or triton.",
         usage="cleanflush run [--policy P] [--report FILE] [--disable TARGETS] -- COMMAND [ARGS...]",
+        epilog="exit codes: COMMAND's own (this process becomes it); 2 usage error, 126 COMMAND cannot be run, "
+        "127 COMMAND not found",
     )
     run.add_argument(
         "--policy",
@@ -58,6 +59,7 @@ def add_parser(commands: Any) -> None:
         help=f"comma-separated targets to keep stock: {', '.join(_registry.NAMES)} ({_env.DISABLE_VAR})",
     )
     run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return run
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

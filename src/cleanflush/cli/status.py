@@ -26,7 +26,7 @@ SCHEMA = 2
 PROBLEMS = ("unsupported", "failed")
 
 
-def add_parser(commands: Any) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     status = commands.add_parser(
         "status",
         help="what a program started from this shell would get (no GPU needed)",
@@ -34,6 +34,7 @@ def add_parser(commands: Any) -> None:
         "asks for, whether the autoload is installed in this interpreter, and per target the "
         "installed version, its state (patched, pending: patched when imported, disabled, "
         "unsupported, failed, absent, off) and why.",
+        epilog="exit codes: 0 success (with --check: nothing to fix), 1 --check found a problem, 2 usage error",
     )
     json_option(status)
     status.add_argument(
@@ -44,6 +45,7 @@ def add_parser(commands: Any) -> None:
         help="exit 1 when the settings are invalid or a target cannot be patched; TARGETS "
         f"(comma-separated: {', '.join(_registry.NAMES)}) limits it to those",
     )
+    return status
 
 
 def _autoload_file() -> str | None:
@@ -192,6 +194,8 @@ def _wanted(check: str | None, parser: argparse.ArgumentParser) -> list[str] | N
         return None
     assert check is not None
     names = [w.strip().lower() for w in check.split(",") if w.strip()]
+    if not names:
+        parser.error(f"--check takes target names (comma-separated: {', '.join(_registry.NAMES)}), or none for all")
     unknown = [n for n in names if n not in _registry.NAMES]
     if unknown:
         parser.error(f"--check names unknown targets {', '.join(unknown)}; valid: {', '.join(_registry.NAMES)}")

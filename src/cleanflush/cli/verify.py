@@ -27,7 +27,7 @@ def _shape(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def add_parser(commands: Any) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     verify = commands.add_parser(
         "verify",
         help="time a one-row GEMM stock vs patched on this GPU and say whether the patch took effect",
@@ -65,6 +65,7 @@ def add_parser(commands: Any) -> None:
         "write-read and read, which must PASS: shows that the verdict means something here",
     )
     json_option(verify)
+    return verify
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
