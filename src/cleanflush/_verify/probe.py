@@ -86,6 +86,9 @@ class GpuProbe:
             return _reading(from_nvml)
         if self.source:
             return _reading(
-                lambda: sorted({int(p) for p in _smi("pid", self.index, "--query-compute-apps") if p.isdigit()} - {me})
+                lambda: sorted(
+                    {int(p) for p in _smi("pid", self.index, "--query-compute-apps") if p.isascii() and p.isdigit()}
+                    - {me}
+                )
             )
         return None

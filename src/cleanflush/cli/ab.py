@@ -23,7 +23,7 @@ def clean_policy(text: str) -> str:
 
 
 def positive(text: str) -> int:
-    value = int(text) if text.isdigit() else 0
+    value = int(text) if text.isascii() and text.isdigit() else 0
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value

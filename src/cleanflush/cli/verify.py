@@ -15,14 +15,14 @@ from .ab import positive
 
 def _devices(text: str) -> str:
     parts = text.split(",")
-    if text != "all" and not all(part.isdigit() for part in parts):
+    if text != "all" and not all(part.isascii() and part.isdigit() for part in parts):  # "¹" is a digit too
         raise argparse.ArgumentTypeError(f"expected a device index (0, 1, ...), indices like 0,2, or all; got {text!r}")
     return text
 
 
 def _shape(text: str) -> tuple[int, int]:
     parts = text.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+    if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected N,K as two positive integers, e.g. 4096,4096; got {text!r}")
     return int(parts[0]), int(parts[1])
 
