@@ -640,7 +640,8 @@ def test_a_kept_folder_never_lends_a_run_another_runs_decisions(tmp_path):
     keep = tmp_path / "runs"
     first = ab_main("--keep", str(keep), "--json", "--", sys.executable, "-c", WRITES, "")
     assert len(json.loads(first.stdout)["comparison"]["decisions"]) == 1
-    assert sorted(p.name for p in keep.iterdir()) == ["run1-write", "run2-write-read", "run3-write", "run4-write-read"]
+    runs = sorted(p.name for p in keep.iterdir() if p.is_dir())  # beside them, the lock of the ab using it
+    assert runs == ["run1-write", "run2-write-read", "run3-write", "run4-write-read"]
     quiet = ab_main("--keep", str(keep), "--json", "--", sys.executable, "-c", "pass")  # the job changed
     assert json.loads(quiet.stdout)["comparison"]["decisions"] == []
     assert not (keep / "run1-write" / "decisions.jsonl").exists()
@@ -852,8 +853,10 @@ def test_a_decisions_file_with_bytes_that_are_no_text_loses_that_line_only(tmp_p
     good = json.dumps(decision("k", "1", {"a": 1.0}))
     path.write_bytes(good.encode() + b"\n\xff\xfe torn\n\n" + good.encode() + b"\n" + b"x" * 400 + b"\n")
     found, bad = _ab.read_decisions(str(path))  # a blank line between is no decision and no problem
-    assert len(found) == 2 and len(bad) == 2 and f"{path}:2: skipped, " in bad[0]
-    assert bad[1] == f"{path}:5: skipped, Expecting value: line 1 column 1 (char 0)"[:300]
+    assert len(found) == 2 and len(bad) == 2 and all(len(line) <= 300 for line in bad)
+    # the path is cut in its middle; the line number and the reason stay, however long it is
+    assert bad[0].startswith(str(path)[:100]) and ":2: skipped, " in bad[0]
+    assert bad[1].endswith("decisions.jsonl:5: skipped, Expecting value: line 1 column 1 (char 0)")
 
 
 def test_a_job_with_no_compiled_program_is_told_why_nothing_is_timed_end_to_end():

@@ -152,12 +152,12 @@ def test_run_keeps_the_environment_and_says_each_refusal_in_one_line(tmp_path):
     bogus = cli(["run", "--disable", "bogus,inductor", "--", sys.executable, "-c", "pass"])
     assert bogus.returncode == 2
     assert bogus.stderr.splitlines()[-1] == (
-        "cleanflush run: error: argument --disable: CLEANFLUSH_DISABLE names unknown targets bogus; valid targets: "
+        "cleanflush run: error: argument --disable: --disable names unknown targets bogus; valid targets: "
         + ", ".join(_registry.NAMES)
     )
     folder = cli(["run", "--report", str(tmp_path), "--", sys.executable, "-c", "pass"])
     assert (folder.returncode, folder.stdout) == (2, "")
-    assert folder.stderr == f"cleanflush run: --report {str(tmp_path)!r} is a directory\n"
+    assert folder.stderr == f"cleanflush run: cannot write --report {str(tmp_path)!r}: it is a directory\n"
     missing = cli(["run", "--", "no-such-command-here"])
     assert missing.stderr == "cleanflush run: cannot start 'no-such-command-here': No such file or directory\n"
     not_executable = tmp_path / "script"
@@ -364,12 +364,14 @@ def test_ab_checks_its_paths_before_any_run(tmp_path, options, says):
 
 def test_ab_figure_without_matplotlib_is_a_usage_error_before_any_run(tmp_path):
     pytest.importorskip("triton")
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is not None:
-        pytest.skip("matplotlib is installed here")
-    out, ran = ab(tmp_path, "--figure", str(tmp_path / "ab.png"))
-    assert (out.returncode, ran) == (2, False) and "--figure needs matplotlib" in out.stderr
+    job = f"open({str(tmp_path / 'ran')!r}, 'w')"
+    code = (
+        "import sys; sys.modules['matplotlib'] = None  # not installed\n"
+        "from cleanflush.cli import main\n"
+        f"sys.exit(main(['ab', '--figure', {str(tmp_path / 'ab.png')!r}, '--', sys.executable, '-c', {job!r}]))"
+    )
+    out = run_python(code)
+    assert out.returncode == 2 and not (tmp_path / "ran").exists() and "--figure needs matplotlib" in out.stderr
 
 
 def test_ab_policy_offers_only_the_clean_ones():
@@ -397,17 +399,12 @@ def test_ab_says_when_there_is_no_gpu(tmp_path):
 
 
 def test_ab_draws_its_figure_where_it_is_asked_to(tmp_path, monkeypatch, capfd):
-    # in this process: matplotlib stands in as found, the figure as a recorder
-    import importlib.util
-
+    # in this process: the figure as a recorder
+    pytest.importorskip("matplotlib")
     from cleanflush import _ab_figure
     from cleanflush.__main__ import main
 
     drawn = []
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: object() if name == "matplotlib" else find_spec(name, *a)
-    )
     monkeypatch.setattr(_ab_figure, "draw", lambda result, path: drawn.append(path))
     path = str(tmp_path / "ab.png")
     code = main(["ab", "--runs", "1", "--json", "--figure", path, "--", sys.executable, "-c", "pass"])

@@ -70,7 +70,7 @@ def _install_from_environ() -> None:
     try:
         chosen = _env.policy_from_environ()
     except ValueError as exc:
-        print(f"cleanflush: {exc}; benchmarks keep their stock L2 flush", file=sys.stderr)
+        print(f"cleanflush: {exc}; this process keeps its stock L2 flush", file=sys.stderr)
         return
     if chosen is not None:
         autoloaded = getattr(sys.modules.get("_cleanflush_boot"), "booted", False)

@@ -13,17 +13,21 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import _ab_programs, _env
 from ._env import DECISIONS_VAR, DEFAULT_POLICY, POLICY_VAR
+from ._registry import NAMES
 from ._stats import quartiles
 
 SCHEMA = 2
@@ -33,6 +37,7 @@ STOCK = "write"
 CHANGED, UNSTABLE, WITHIN_NOISE, UNDECIDED, UNCHANGED = "changed", "unstable", "within noise", "undecided", "unchanged"
 CLASSES = (CHANGED, UNSTABLE, WITHIN_NOISE, UNDECIDED, UNCHANGED)
 RUNS = 2  # runs of each side by default: one run cannot tell a change from autotuning's own noise
+COMPARED = ("triton", "inductor")  # the targets whose flushes decide what ab compares
 
 
 def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
@@ -48,6 +53,11 @@ def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
     }
 
 
+# A timing (ms) is one of these, or not finite (a config that failed): anything else is not a
+# timing, and ratios of two in range stay finite.
+TIMING_RANGE = (1e-9, 1e9)
+
+
 def decision(line: str) -> dict[str, Any]:
     """One decisions-file line, checked; ValueError saying what is wrong with it.  Timings
     that are not finite (Triton and Inductor time a config that failed as ``inf``) are left
@@ -58,18 +68,34 @@ def decision(line: str) -> dict[str, Any]:
     missing = [k for k in ("kind", "op", "key", "timings_ms", "winner") if k not in d]
     if missing:
         raise ValueError(f"no {', '.join(missing)}")
-    timings = d["timings_ms"]
-    if not isinstance(timings, dict) or not all(isinstance(t, (int, float)) for t in timings.values()):
-        raise ValueError("timings_ms is not a mapping of choices to numbers")
     if not all(isinstance(d[k], str) for k in ("kind", "op", "key")) or not isinstance(d["winner"], (str, type(None))):
         raise ValueError("kind, op, key or winner is not a string")
-    finite = {label: float(t) for label, t in timings.items() if math.isfinite(t)}
+    timings = d["timings_ms"]
+    if not isinstance(timings, dict):
+        raise ValueError("timings_ms is not a mapping of choices to numbers")
+    finite = {label: _timing(t) for label, t in timings.items() if not _failed(t)}
     return {**d, "timings_ms": finite, "failed_choices": sorted(set(timings) - set(finite))}
+
+
+def _failed(t: Any) -> bool:
+    return isinstance(t, float) and not math.isfinite(t)
+
+
+def _timing(t: Any) -> float:
+    """A finite timing in ms, within TIMING_RANGE (or 0); ValueError otherwise."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        raise ValueError("timings_ms is not a mapping of choices to numbers")
+    low, high = TIMING_RANGE
+    if not (t == 0 or low <= t <= high):  # a 400-digit integer, 1e300, 1e-300, a negative time
+        raise ValueError(f"a timing of {str(t)[:20]} ms is out of range ({low:g} to {high:g})")
+    return float(t)
 
 
 def read_decisions(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The decisions a run recorded, and one line for each line of the file that is not one
     (a worker killed mid-write leaves a torn line): those are skipped, the rest are kept."""
+    if os.path.isdir(path):
+        return [], [f"{path}: skipped, a directory where the decisions file should be"]
     if not os.path.exists(path):
         return [], []
     found, bad = [], []
@@ -80,8 +106,17 @@ def read_decisions(path: str) -> tuple[list[dict[str, Any]], list[str]]:
             try:
                 found.append(decision(line))
             except ValueError as exc:  # json's own errors are ValueErrors too
-                bad.append(f"{path}:{number}: skipped, {exc}"[:300])
+                bad.append(skipped(path, number, str(exc)))
     return found, bad
+
+
+def skipped(path: str, number: int, why: str, width: int = 300) -> str:
+    """ "path:number: skipped, why" in ``width`` characters at most: the path is cut, in its
+    middle, before the line number or the reason is."""
+    why = short(why, width // 2)
+    room = width - len(f":{number}: skipped, {why}")
+    where = path if len(path) <= room else path[: room // 2 - 2] + "..." + path[len(path) - (room - room // 2 - 1) :]
+    return f"{where}:{number}: skipped, {why}"
 
 
 def _key(d: dict[str, Any]) -> tuple[str, str, str]:
@@ -300,8 +335,9 @@ def format_report(result: dict[str, Any]) -> str:
     policy = result["policy"]
     kinds = Counter(d["kind"] for d in cmp["decisions"])
     lines = [
-        f"cleanflush ab: {' '.join(result['command'])}",
+        f"cleanflush ab: {shown(result['command'])}",
         f"  stock flush ({STOCK}) against {policy}, {result['runs']} run(s) each, interleaved, fresh caches per run",
+        *_not_patched_lines(result.get("not_patched", []), policy),
         "",
         f"autotuning decisions matched in both: {len(cmp['decisions'])} "
         f"(Triton autotuner {kinds.get('triton', 0)}, Inductor max-autotune {kinds.get('inductor', 0)}, "
@@ -358,12 +394,38 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(f"figure: {result['figure']}")
     failed = [r for r in result["run_codes"] if r["code"] != 0]
     for r in failed:
-        lines.append(f"run {r['index']} ({r['policy']}) exited with code {r['code']}")
+        lines.append(f"run {r['index']} ({r['policy']}) {ended(r['code'])}")
     if result["skipped_lines"]:
         lines.append(f"decision lines skipped (not decisions): {len(result['skipped_lines'])}")
     if result["interrupted"]:
         lines.append(f"interrupted: {result['runs_compared']} of {result['runs']} pairs of runs compared")
     return "\n".join(lines)
+
+
+def shown(command: list[str]) -> str:
+    """``command`` as a shell would take it back (quoted; bytes that are no UTF-8 escaped)."""
+    return shlex.join(arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") for arg in command)
+
+
+def ended(code: int) -> str:
+    """How a run ended, as its exit status says: "exited with code 3", "killed by SIGKILL"."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _not_patched_lines(names: list[str], policy: str) -> list[str]:
+    if not names:
+        return []
+    what = (
+        "the clean side is not patched: stock against stock"
+        if set(names) >= set(COMPARED)
+        else (f"{', '.join(names)} runs stock in the {policy} runs too: its decisions compare stock against stock")
+    )
+    return [f"  CLEANFLUSH_DISABLE={','.join(names)}: {what}"]
 
 
 def _clock(seconds: float) -> str:
@@ -406,6 +468,16 @@ def _time_programs(
     return record
 
 
+@dataclass
+class _Runs:
+    """What the finished runs of one ``ab`` gave."""
+
+    sides: dict[str, list[list[dict[str, Any]]]]  # side -> each run's decisions
+    folders: list[tuple[str, str]] = field(default_factory=list)  # (side, run folder)
+    codes: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # decision lines that are none
+
+
 def run(
     command: list[str],
     policy: str = DEFAULT_POLICY,
@@ -421,60 +493,67 @@ def run(
     the job and ends with what the finished runs recorded (exit code 130).
     """
     base = _env.for_child(**{POLICY_VAR: None, DECISIONS_VAR: None})
-    work = keep or tempfile.mkdtemp(prefix="cleanflush-ab-")
-    sides: dict[str, list[list[dict[str, Any]]]] = {STOCK: [], policy: []}
-    folders: list[tuple[str, str]] = []
-    codes: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    interrupted = False
-    end_to_end = None
-    started = time.monotonic()
+    work = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="cleanflush-ab-")  # a job may chdir
+    done = _Runs({STOCK: [], policy: []})
+    interrupted, end_to_end, started = False, None, time.monotonic()
     try:
         plan = [s for _ in range(runs) for s in (STOCK, policy)]
         for index, side in enumerate(plan, 1):
-            folder = os.path.join(work, f"run{index}-{side}")
-            shutil.rmtree(folder, ignore_errors=True)
-            elapsed = time.monotonic() - started
-            left = f", about {_clock(elapsed / (index - 1) * (len(plan) - index + 1))} left" if index > 1 else ""
-            print(
-                f"cleanflush ab: run {index} of {len(plan)}: {side} ({_clock(elapsed)} elapsed{left})",
-                file=sys.stderr,
-                flush=True,
-            )
-            try:
-                code = subprocess.run(command, env=run_env(base, side, folder), stdout=job_stdout).returncode
-            except OSError as exc:  # the command cannot start: say so as a shell would
-                print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
-                code = 127
-            codes.append({"index": index, "policy": side, "code": code})
-            folders.append((side, folder))
-            found, bad = read_decisions(os.path.join(folder, "decisions.jsonl"))
-            sides[side].append(found)
-            skipped += bad
-            for line in bad:
-                print(f"cleanflush ab: {line}", file=sys.stderr)
-        end_to_end = _time_programs(base, work, folders, policy)
+            _say_progress(index, len(plan), side, started)
+            _one_run(command, base, os.path.join(work, f"run{index}-{side}"), side, job_stdout, done)
+        end_to_end = _time_programs(base, work, done.folders, policy)
     except KeyboardInterrupt:  # subprocess.run has killed the job: report the runs that finished
         interrupted = True
         print("cleanflush ab: interrupted; the report covers the runs that finished", file=sys.stderr)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    done = min(len(sides[STOCK]), len(sides[policy]))  # a side without its pair is left out
+    compared = min(len(done.sides[STOCK]), len(done.sides[policy]))  # a side without its pair is left out
     result: dict[str, Any] = {
         "schema": SCHEMA,
         "command": command,
         "policy": policy,
         "runs": runs,
-        "runs_compared": done,
+        "runs_compared": compared,
         "interrupted": interrupted,
         "work_dir": keep,
-        "run_codes": codes,
-        "skipped_lines": skipped,
-        "comparison": compare(sides[STOCK][:done], sides[policy][:done], policy),
+        "run_codes": done.codes,
+        "skipped_lines": done.skipped,
+        "not_patched": not_patched(),
+        "comparison": compare(done.sides[STOCK][:compared], done.sides[policy][:compared], policy),
         "end_to_end": end_to_end,
         "elapsed_s": time.monotonic() - started,
     }
     if interrupted:
         return result, 130
-    return result, 1 if any(c["code"] != 0 for c in codes) else 0
+    return result, 1 if any(c["code"] != 0 for c in done.codes) else 0
+
+
+def _say_progress(index: int, count: int, side: str, started: float) -> None:
+    elapsed = time.monotonic() - started
+    left = f", about {_clock(elapsed / (index - 1) * (count - index + 1))} left" if index > 1 else ""
+    print(
+        f"cleanflush ab: run {index} of {count}: {side} ({_clock(elapsed)} elapsed{left})", file=sys.stderr, flush=True
+    )
+
+
+def _one_run(command: list[str], base: dict[str, str], folder: str, side: str, job_stdout: Any, done: _Runs) -> None:
+    """One run of the job under ``side``'s flush, in an empty ``folder``; what it gave goes to ``done``."""
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        code = subprocess.run(command, env=run_env(base, side, folder), stdout=job_stdout).returncode
+    except OSError as exc:  # the command cannot start: say so as a shell would
+        print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        code = 127
+    done.codes.append({"index": len(done.codes) + 1, "policy": side, "code": code})
+    done.folders.append((side, folder))
+    found, bad = read_decisions(os.path.join(folder, "decisions.jsonl"))
+    done.sides[side].append(found)
+    done.skipped += bad
+    for line in bad:
+        print(f"cleanflush ab: {line}", file=sys.stderr)
+
+
+def not_patched() -> list[str]:
+    """The targets ``ab`` compares that ``CLEANFLUSH_DISABLE`` keeps stock in its clean runs too."""
+    return sorted(set(_env.disabled_from_environ(NAMES).names) & set(COMPARED))

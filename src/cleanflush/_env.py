@@ -84,14 +84,13 @@ class Disabled(NamedTuple):
     names: frozenset[str]
     unknown: tuple[str, ...]
 
-    def problem(self, valid: Iterable[str]) -> str | None:
-        """One line naming the unknown names and the valid ones, or None."""
+    def problem(self, valid: Iterable[str], source: str = DISABLE_VAR) -> str | None:
+        """One line naming the unknown names and the valid ones, or None (``source``: where
+        the names came from)."""
         if not self.unknown:
             return None
-        return (
-            f"{DISABLE_VAR} names unknown targets {', '.join(self.unknown)} (ignored); "
-            f"valid targets: {', '.join(valid)}"
-        )
+        ignored = " (ignored)" if source == DISABLE_VAR else ""
+        return f"{source} names unknown targets {', '.join(self.unknown)}{ignored}; valid targets: {', '.join(valid)}"
 
 
 def parse_disabled(value: str | None, valid: Iterable[str]) -> Disabled:

@@ -154,6 +154,19 @@ def warn_once(key: str, message: str) -> None:
             pass
 
 
+def say_once(key: str, message: str) -> None:
+    """``message`` as one line on stderr, the first time ``key`` is seen (a setting the user
+    got wrong: said where they will read it, in the one line the docs promise)."""
+    with STATE.lock:
+        if key in STATE.warned:
+            return
+        STATE.warned.add(key)
+    try:
+        print(f"cleanflush: {message}", file=sys.stderr)
+    except (OSError, AttributeError, ValueError):  # no stderr to say it on: nothing else can be done
+        pass
+
+
 _OURS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, wrapt.__file__))
 _BOOT = os.path.splitext(os.path.abspath(getattr(sys.modules.get("_cleanflush_boot"), "__file__", "") or "-"))[0]
 

@@ -19,7 +19,7 @@ import wrapt
 
 from . import _children, _decisions, _env, _flush, _policy, _report
 from ._registry import NAMES, TARGETS, Target
-from ._state import STATE, Site, State, TargetStatus, record, warn_once
+from ._state import STATE, Site, State, TargetStatus, record, say_once, warn_once
 
 
 @dataclass
@@ -59,7 +59,7 @@ def disabled() -> frozenset[str]:
     names = _env.disabled_from_environ(NAMES)
     problem = names.problem(NAMES)
     if problem:
-        warn_once(f"disable:{names.unknown}", problem)
+        say_once(f"disable:{names.unknown}", problem)
     return names.names
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import stat
 import sys
@@ -74,7 +75,7 @@ def emit(data: dict[str, Any], text: str, json_path: str | None, command: str = 
     """The text, and with ``--json`` the record: alone on stdout, or written whole in a file.
     Where the file cannot be written after all, the record goes to a file of its own in the
     temporary folder and the text says where: a finished run is never lost."""
-    record = json.dumps(data, indent=2, allow_nan=False)
+    record = json.dumps(finite(data), indent=2, allow_nan=False)
     say(text, text_stream(json_path))
     if json_path == "-":
         say(record, sys.stdout)
@@ -90,6 +91,17 @@ def emit(data: dict[str, Any], text: str, json_path: str | None, command: str = 
                 f"{command}: could not write --json {json_path!r} ({why}); the record is in {elsewhere}",
                 file=sys.stderr,
             )
+
+
+def finite(data: Any) -> Any:
+    """``data`` with every float that is not finite as None: a record is always JSON."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(value) for value in data]
+    return data
 
 
 def say(text: str, stream: IO[str] | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.util
 import os
 import subprocess
@@ -68,12 +69,51 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
     """Everything an option needs, checked before the first run."""
-    if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
-        return f"--keep {args.keep!r} is a file, not a directory"
-    problem = output_problem(args.json) or output_problem(args.figure, "--figure")
-    if problem is None and args.figure and importlib.util.find_spec("matplotlib") is None:
-        return "--figure needs matplotlib (pip install matplotlib)"
+    problem = _keep_problem(args.keep, args.policy, args.runs)
+    problem = problem or output_problem(args.json) or output_problem(args.figure, "--figure")
+    if problem is None and args.figure:
+        problem = _figure_problem(args.figure, args.json)
     return problem
+
+
+def _keep_problem(keep: str | None, policy: str, runs: int) -> str | None:
+    if not keep:
+        return None
+    if os.path.exists(keep) and not os.path.isdir(keep):
+        return f"--keep {keep!r} is a file, not a directory"
+    for index in range(1, 2 * runs + 1):
+        folder = os.path.join(keep, f"run{index}-{_ab.STOCK if index % 2 else policy}")
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            return f"--keep {keep!r} holds a file where run {index}'s folder goes ({folder!r})"
+    return None
+
+
+def _figure_problem(figure: str, json_path: str | None) -> str | None:
+    if json_path and json_path != "-" and os.path.abspath(json_path) == os.path.abspath(figure):
+        return f"--json and --figure name the same file {figure!r}"
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return "--figure needs matplotlib (pip install matplotlib)"
+
+    kinds = Figure().canvas.get_supported_filetypes()
+    kind = os.path.splitext(figure)[1].lstrip(".").lower()
+    if kind not in kinds:
+        what = kind or "a file without an extension"
+        return f"--figure {figure!r}: matplotlib writes {', '.join(sorted(kinds))}, not {what}"
+    return None
+
+
+def _locked(keep: str) -> int | None:
+    """An open descriptor holding ``keep``'s lock for this ab, or None where another ab holds it."""
+    os.makedirs(keep, exist_ok=True)
+    fd = os.open(os.path.join(keep, ".cleanflush-ab.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _job_stdout(json_path: str | None) -> int:
@@ -107,6 +147,9 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     problem = _usage_problem(args)
     if problem:
         print(f"cleanflush ab: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.keep and _locked(args.keep) is None:  # held until this process ends
+        print(f"cleanflush ab: another cleanflush ab is using --keep {args.keep!r}", file=sys.stderr)
         return EXIT_USAGE
     gpu = _cuda_here()
     if gpu is not True:

@@ -7,7 +7,7 @@ import os
 import sys
 
 from .. import _env, _policy, _registry
-from ._output import EXIT_USAGE
+from ._output import EXIT_USAGE, output_problem
 
 
 def policy_name(text: str) -> str:
@@ -19,9 +19,9 @@ def policy_name(text: str) -> str:
 
 def target_names(text: str) -> frozenset[str]:
     disabled = _env.parse_disabled(text, _registry.NAMES)
-    problem = disabled.problem(_registry.NAMES)
+    problem = disabled.problem(_registry.NAMES, "--disable")
     if problem:
-        raise argparse.ArgumentTypeError(problem.replace(" (ignored)", ""))
+        raise argparse.ArgumentTypeError(problem)
     return disabled.names
 
 
@@ -62,13 +62,32 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     return run
 
 
+def _policy_for_child(asked: str, program: str) -> str | None:
+    """What ``CLEANFLUSH`` the command gets: the ``--policy`` asked for, but off where the shell's
+    ``CLEANFLUSH`` says off (off is off everywhere); said where the shell's value is not the one."""
+    value = _env.AT_START[_env.POLICY_VAR]
+    if _env.is_off(value):
+        print(
+            f"cleanflush run: {_env.POLICY_VAR}={value} is off for {program} and its children too "
+            "(unset it to run with a policy)",
+            file=sys.stderr,
+        )
+        return value
+    try:
+        _env.parse_policy(value)
+    except ValueError as exc:
+        print(f"cleanflush run: {exc}; {program} runs with {asked} (--policy)", file=sys.stderr)
+    return asked
+
+
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = command_of(args, parser)
-    changes = {_env.POLICY_VAR: args.policy}
+    problem = output_problem(args.report, "--report")
+    if problem:
+        print(f"cleanflush run: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    changes: dict[str, str | None] = {_env.POLICY_VAR: _policy_for_child(args.policy, command[0])}
     if args.report:
-        if os.path.isdir(args.report):
-            print(f"cleanflush run: --report {args.report!r} is a directory", file=sys.stderr)
-            return EXIT_USAGE
         changes[_env.REPORT_VAR] = os.path.abspath(args.report)
     if args.disable is not None:
         changes[_env.DISABLE_VAR] = ",".join(sorted(args.disable))

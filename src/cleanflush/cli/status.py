@@ -9,12 +9,14 @@ that are installed but not imported are reported as patched when imported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import site
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import cleanflush
@@ -80,7 +82,7 @@ def _probe(progress: bool) -> list[dict[str, Any]]:
     package whose import fails is a row of its own."""
     errors = []
     start = time.perf_counter()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _prints_to_stderr():
         warnings.simplefilter("ignore")  # torch's own import warnings are not ours to show
         for target in _registry.TARGETS:
             if not target.probe or _targets.version(target) is None:
@@ -107,6 +109,27 @@ def _probe(progress: bool) -> list[dict[str, Any]]:
     if progress:
         print(f"cleanflush status: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     return errors
+
+
+@contextlib.contextmanager
+def _prints_to_stderr() -> Iterator[None]:
+    """What the imports print (a harness's banner) goes to stderr, from Python and from C
+    alike: stdout carries the record alone."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    try:
+        saved: int | None = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # stdout closed: nothing to keep clean
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def collect(progress: bool = False) -> dict[str, Any]:
