@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._ab import STOCK, short
+from ._ab_compare import STOCK
+from ._ab_report import short
 
 
 def draw(result: dict[str, Any], path: str) -> str | None:

@@ -20,16 +20,18 @@ same choice can be matched across runs.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import wrapt
 
-from . import _env, _patching
+from . import _calls, _env, _patching
 from ._policy import current_policy
 from ._state import warn_once
 
@@ -64,22 +66,62 @@ def _ms(value: Any) -> float:
     return float(value[0] if isinstance(value, (list, tuple)) else value)
 
 
-def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) -> dict[str, Any]:
+def _op(tuner: Any) -> str:
+    """A Triton kernel's name, as decisions name it: its module and function."""
     fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
-    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
+
+
+def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) -> dict[str, Any]:
     return {
         "kind": "triton",
-        "op": name,
+        "op": _op(tuner),
         "key": repr(key),
         "timings_ms": {str(config): _ms(t) for config, t in timings.items()},
         "winner": str(winner),
     }
 
 
+class CountedCache(dict):  # type: ignore[type-arg]
+    """An autotuner's cache that counts the calls of each key: Triton's ``Autotuner.run`` asks
+    ``key in cache`` once a call, cached or not (its other reads are by ``[]``)."""
+
+    def __init__(self, found: dict[Any, Any], op: str) -> None:
+        super().__init__(found)
+        self.op, self.calls = op, Counter[str]()
+        _COUNTED.append(self)
+
+    def __contains__(self, key: object) -> bool:
+        self.calls[repr(key)] += 1
+        return super().__contains__(key)
+
+
+_COUNTED: list[CountedCache] = []  # the caches counting in this process, written at its exit
+
+
+def _counted_calls() -> None:
+    """Append each autotuned kernel's calls per key to the decisions file (at exit)."""
+    path = _env.decisions_path()
+    for cache in _COUNTED:
+        if cache.calls and path is not None:
+            try:
+                with open(path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"kind": "calls", "op": cache.op, "counts": dict(cache.calls)}) + "\n")
+            except OSError:  # the job is ending: the decisions stand without their counts
+                return
+
+
 def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     cache = getattr(instance, "cache", None)
+    if type(cache) is dict:  # count this kernel's calls from now on
+        cache = instance.cache = CountedCache(cache, _op(instance))
     before = set(cache) if isinstance(cache, dict) else None
     timings_before = getattr(instance, "configs_timings", None)
+    folder = _env.calls_folder()
+    grids = None
+    if folder is not None and callable(kwargs.get("grid")):  # what each config's grid is, for its record
+        grids = _calls.GridRecorder(kwargs["grid"], _calls.config_names(instance))
+        kwargs = {**kwargs, "grid": grids}
     result = wrapped(*args, **kwargs)
 
     def made() -> list[dict[str, Any]]:
@@ -88,10 +130,25 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
         if before is None or getattr(instance, "configs_timings", None) is timings_before:
             return []
         timings = dict(getattr(instance, "configs_timings", {}) or {})
-        return [triton_decision(instance, key, timings, instance.cache[key]) for key in set(instance.cache) - before]
+        found = [triton_decision(instance, key, timings, instance.cache[key]) for key in set(instance.cache) - before]
+        for decision in found:
+            decision["call"] = _call_record(instance, args, kwargs, grids, folder, decision)
+        return found
 
     _record("triton", "a Triton autotuning decision", made)
     return result
+
+
+def _call_record(
+    tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, folder: str | None, decision: dict[str, Any]
+) -> dict[str, str] | None:
+    """Where the call that made ``decision`` is recorded, or why it is not; None where no
+    record is asked for (outside ``cleanflush ab``)."""
+    if folder is None:
+        return None
+    name = _calls.file_for(decision["op"], decision["key"])
+    why = _calls.record(tuner, args, kwargs, grids, os.path.join(folder, name))
+    return {"file": name} if why is None else {"error": why}
 
 
 def _record(kind: str, what: str, made: Callable[[], list[dict[str, Any]]]) -> None:
@@ -185,9 +242,10 @@ def _savers(cache: Any) -> list[Any]:
 
 def register() -> None:
     """At the first install: record from each autotuner module when it is imported (while
-    ``CLEANFLUSH_DECISIONS`` is set then)."""
+    ``CLEANFLUSH_DECISIONS`` is set then), and each kernel's calls when the process ends."""
     for module in HOOKS:
         wrapt.register_post_import_hook(apply, module)
+    atexit.register(_counted_calls)
 
 
 def revert() -> None:

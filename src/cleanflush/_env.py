@@ -15,6 +15,9 @@ start-up hook (``_cleanflush_boot``, stdlib only) is looked up here, for the "of
     A file each process that flushed through cleanflush appends one JSON line to at exit.
 ``CLEANFLUSH_DECISIONS``
     A file every autotuning decision is appended to (``cleanflush ab`` sets it per run).
+``CLEANFLUSH_AB_CALLS``
+    A folder where a Triton autotuning call is recorded, the first time a key is tuned, so
+    that ``cleanflush ab`` can make it again to time its picks (``cleanflush ab`` sets it).
 
 Values are read without regard to case or surrounding spaces.
 """
@@ -30,7 +33,8 @@ POLICY_VAR = "CLEANFLUSH"
 DISABLE_VAR = "CLEANFLUSH_DISABLE"
 REPORT_VAR = "CLEANFLUSH_REPORT"
 DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
-VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR)
+CALLS_VAR = "CLEANFLUSH_AB_CALLS"
+VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR, CALLS_VAR)
 
 POLICIES = ("write-read", "read", "write")
 # The default: the stock write, then a clean read (docs/decisions/default-policy.md has the
@@ -107,6 +111,10 @@ def disabled_from_environ(valid: Iterable[str]) -> Disabled:
 
 def decisions_path() -> str | None:
     return os.environ.get(DECISIONS_VAR) or None
+
+
+def calls_folder() -> str | None:
+    return os.environ.get(CALLS_VAR) or None
 
 
 def value(name: str) -> str | None:

@@ -10,10 +10,12 @@ import subprocess
 import sys
 
 from .. import _ab, _env
+from .._ab_compare import MIN_EFFECT, STOCK
+from .._ab_report import format_report
 from ._output import EXIT_USAGE, emit, json_option, output_problem, text_stream
 from .run import command_of, policy_name
 
-CLEAN = tuple(p for p in _env.POLICIES if p != _ab.STOCK)
+CLEAN = tuple(p for p in _env.POLICIES if p != STOCK)
 
 
 def clean_policy(text: str) -> str:
@@ -30,6 +32,17 @@ def positive(text: str) -> int:
     return value
 
 
+def percent(text: str) -> float:
+    """A percentage from 0 to 100, as a fraction."""
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 100 or not text.strip().rstrip("%").replace(".", "", 1).isdigit():
+        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, e.g. 2 or 0.5; got {text!r}")
+    return value / 100
+
+
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     ab = commands.add_parser(
         "ab",
@@ -41,7 +54,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "say how reproducible each side's tuning is, which decisions the dirty flush changed beyond "
         "the clean runs' own spread and what the stock pick costs, and time the programs Inductor "
         "compiled in each run against each other, end to end.",
-        usage="cleanflush ab [--policy P] [--runs N] [--figure PNG] [--json [PATH]] [--keep DIR] -- COMMAND [ARGS...]",
+        usage="cleanflush ab [--policy P] [--runs N] [--min-effect PCT] [--figure PNG] [--json [PATH]] [--keep DIR] "
+        "-- COMMAND [ARGS...]",
         epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted",
     )
     ab.add_argument(
@@ -55,6 +69,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=positive,
         default=_ab.RUNS,
         help=f"runs of each side, interleaved (default {_ab.RUNS}: one run cannot tell a change from noise)",
+    )
+    ab.add_argument(
+        "--min-effect",
+        type=percent,
+        default=MIN_EFFECT,
+        metavar="PCT",
+        help="the practical floor: a stock pick at most PCT%% slower than the clean one is negligible "
+        f"(default {100 * MIN_EFFECT:g}%%)",
     )
     ab.add_argument("--figure", metavar="PNG", help="draw the comparison (needs matplotlib)")
     ab.add_argument(
@@ -82,7 +104,7 @@ def _keep_problem(keep: str | None, policy: str, runs: int) -> str | None:
     if os.path.exists(keep) and not os.path.isdir(keep):
         return f"--keep {keep!r} is a file, not a directory"
     for index in range(1, 2 * runs + 1):
-        folder = os.path.join(keep, f"run{index}-{_ab.STOCK if index % 2 else policy}")
+        folder = os.path.join(keep, f"run{index}-{STOCK if index % 2 else policy}")
         if os.path.exists(folder) and not os.path.isdir(folder):
             return f"--keep {keep!r} holds a file where run {index}'s folder goes ({folder!r})"
     return None
@@ -157,10 +179,11 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             f"cleanflush ab: {gpu}: the job runs on what it finds, and little autotunes without a GPU", file=sys.stderr
         )
     # with the JSON on stdout, the job's own output goes to stderr
-    result, code = _ab.run(command, args.policy, args.runs, args.keep, job_stdout=_job_stdout(args.json))
+    stdout = _job_stdout(args.json)
+    result, code = _ab.run(command, args.policy, args.runs, args.keep, job_stdout=stdout, min_effect=args.min_effect)
     if args.figure:
         from .._ab_figure import draw  # matplotlib, only when a figure is asked for
 
         result["figure"] = draw(result, args.figure) or args.figure
-    emit(result, _ab.format_report(result), args.json)
+    emit(result, format_report(result), args.json, "cleanflush ab")
     return code

@@ -1,0 +1,346 @@
+"""What the dirty flush did to each autotuning decision of ``cleanflush ab``: plain Python over
+the runs' decision records and the independent prices of their picks (``_ab_prices``).
+
+A decision is priced where its runs picked more than one config and one run recorded the call
+(a Triton ``@autotune`` kernel): each pick's kernel time after a plain read, side by side in
+one process, rounds interleaved.  By that price:
+
+* near-ties are one choice: a side's picks within the noise of each other agree;
+* ``changed``: every stock pick is slower than every clean pick by more than the noise and by
+  more than a practical floor (``min_effect``); ``negligible``: beyond the noise, under the
+  floor (listed, not in the headline);
+* ``unstable``: a side's own picks differ beyond the noise (and the stock picks are not all
+  slower than the clean ones);
+* ``within noise``: the two sides' picks are near-ties; ``clean slower``: every clean pick is
+  slower than every stock pick beyond the noise and the floor (the dirty flush picked better);
+* ``unchanged``: every run picked the same config (nothing to price).
+
+A decision that cannot be priced (Inductor's, a kernel defined in ``__main__``, a launch that
+fails) is judged by the clean runs' own timing, as before there were prices, and says why it
+was not priced.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+from ._stats import quartiles
+
+STOCK = "write"
+MIN_EFFECT = 0.02  # the practical floor: a stock pick this much slower or less does not matter
+NOISE_FLOOR = 0.005  # the smallest noise a price is trusted to: a kernel time's rounds rarely agree closer
+CHANGED, NEGLIGIBLE, UNSTABLE, WITHIN_NOISE, CLEAN_SLOWER, UNDECIDED, UNCHANGED = (
+    "changed",
+    "negligible",
+    "unstable",
+    "within noise",
+    "clean slower",
+    "undecided",
+    "unchanged",
+)
+CLASSES = (CHANGED, NEGLIGIBLE, UNSTABLE, WITHIN_NOISE, CLEAN_SLOWER, UNDECIDED, UNCHANGED)
+
+Key = tuple[str, str, str]
+
+
+def key_of(d: dict[str, Any]) -> Key:
+    return d["kind"], d["op"], d["key"]
+
+
+def by_key(runs: list[list[dict[str, Any]]]) -> dict[Key, list[dict[str, Any]]]:
+    """Each decision's records, one per run that made it (a run's first tuning of a key)."""
+    found: dict[Key, list[dict[str, Any]]] = {}
+    for run in runs:
+        seen = set()
+        for d in run:
+            if d["kind"] != "calls" and key_of(d) not in seen and d.get("winner") is not None:
+                seen.add(key_of(d))
+                found.setdefault(key_of(d), []).append(d)
+    return found
+
+
+def calls_per_run(runs: list[list[dict[str, Any]]]) -> dict[tuple[str, str], float]:
+    """(op, key) -> the median over the runs that counted them of the kernel's calls with that key."""
+    counted: dict[tuple[str, str], list[int]] = {}
+    for run in runs:
+        totals: Counter[tuple[str, str]] = Counter()
+        for line in run:
+            if line["kind"] == "calls":
+                totals.update({(line["op"], key): n for key, n in line["counts"].items()})
+        for found, n in totals.items():
+            counted.setdefault(found, []).append(n)
+    return {found: statistics.median(ns) for found, ns in counted.items()}
+
+
+def to_price(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The decisions to price: made by both sides, picked differently somewhere; each with the
+    call record a run left (or why none did) and every pick as a candidate."""
+    stock, clean = by_key(stock_runs), by_key(clean_runs)
+    wanted = []
+    for key in stock:
+        if key not in clean:
+            continue
+        records = stock[key] + clean[key]
+        picks = sorted({d["winner"] for d in records})
+        if len(picks) < 2:
+            continue
+        calls = [d["call"] for d in records if isinstance(d.get("call"), dict)]
+        file = next((c["file"] for c in calls if isinstance(c.get("file"), str)), None)
+        why = next((str(c["error"]) for c in calls if "error" in c), None)
+        if file is None and why is None:
+            why = "its runs recorded no call to make again (only Triton @autotune calls are recorded)"
+        wanted.append({"key": list(key), "file": file, "error": why, "candidates": picks})
+    return wanted
+
+
+def _price_noise(prices: dict[str, dict[str, Any]], labels: list[str]) -> float:
+    """The largest spread of the rounds among ``labels``' prices (relative), NOISE_FLOOR at least."""
+    spreads = [(prices[p]["high"] - prices[p]["low"]) / prices[p]["us"] for p in labels]
+    return float(max([NOISE_FLOOR, *spreads]))
+
+
+def _side_apart(prices: dict[str, dict[str, Any]], picks: set[str], noise: float) -> bool:
+    """Whether a side's own picks differ by their price beyond the noise."""
+    us = [float(prices[p]["us"]) for p in picks]
+    return max(us) / min(us) - 1 > noise
+
+
+def classify_priced(
+    stock: list[str], clean: list[str], price: dict[str, Any], side: str, min_effect: float
+) -> dict[str, Any]:
+    """The class of a decision whose picks are all priced (``price["prices"]``)."""
+    prices = price["prices"]
+    s_picks, c_picks = set(stock), set(clean)
+    noise = _price_noise(prices, sorted(s_picks | c_picks))
+    slower = min(prices[p]["us"] for p in s_picks) / max(prices[p]["us"] for p in c_picks) - 1
+    faster = min(prices[p]["us"] for p in c_picks) / max(prices[p]["us"] for p in s_picks) - 1
+    found: dict[str, Any] = {"noise": noise, "rounds": price.get("rounds"), "gap": slower}
+    apart = [name for name, picks in ((STOCK, s_picks), (side, c_picks)) if _side_apart(prices, picks, noise)]
+    if slower > noise and side not in apart:
+        cls = CHANGED if slower > min_effect else NEGLIGIBLE
+        why = f"every stock pick is {slower:+.1%} or more slower than every {side} pick by its price"
+        floor = "beyond" if cls == CHANGED else "under"
+        return {**found, "class": cls, "reason": f"{why}, beyond the noise of {noise:.1%}, {floor} the floor"}
+    if apart:
+        names = " and the ".join(apart)
+        return {
+            **found,
+            "class": UNSTABLE,
+            "unstable_side": apart[0] if len(apart) == 1 else "both",
+            "reason": f"the {names} runs' own picks differ by their price beyond the noise of {noise:.1%}",
+        }
+    if faster > max(noise, min_effect):
+        return {
+            **found,
+            "class": CLEAN_SLOWER,
+            "gap": -faster,
+            "reason": f"every {side} pick is {faster:+.1%} or more slower than every stock pick by its price",
+        }
+    return {
+        **found,
+        "class": WITHIN_NOISE,
+        "reason": f"near-ties: the picks' prices lie within the noise of {noise:.1%} (or the floor)",
+    }
+
+
+def _slower(clean: list[dict[str, Any]], pick: str, winner: str) -> list[float] | None:
+    """How much slower ``pick`` is than ``winner`` in each clean run (a fraction), or None
+    where a clean run did not time both."""
+    ratios = []
+    for d in clean:
+        t = d["timings_ms"]
+        if pick not in t or not t.get(winner):
+            return None
+        ratios.append(t[pick] / t[winner] - 1)
+    return ratios
+
+
+def classify_by_clean_timing(
+    stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str, min_effect: float
+) -> dict[str, Any]:
+    """The class of an unpriced decision, by the clean runs' own timing: changed needs every
+    clean run to agree and every stock pick to be slower in each, beyond the spread of that
+    ratio over the clean runs and the floor."""
+    s_win, c_win = [d["winner"] for d in stock], [d["winner"] for d in clean]
+    if len(set(c_win)) > 1:
+        both = len(set(s_win)) > 1
+        return {"class": UNSTABLE, "unstable_side": "both" if both else side, "reason": f"the {side} runs disagree"}
+    winner = c_win[0]
+    if winner in s_win:
+        if len(set(s_win)) == 1:
+            return {"class": UNCHANGED, "reason": f"every run picked {winner}"}
+        return {
+            "class": UNSTABLE,
+            "unstable_side": STOCK,
+            "reason": f"the stock runs disagree; every {side} run picked {winner}",
+        }
+    timed = {pick: _slower(clean, pick, winner) for pick in sorted(set(s_win))}
+    if any(r is None for r in timed.values()):
+        return {"class": UNDECIDED, "reason": f"the {side} runs did not time the stock pick"}
+    ratios = [r for rs in timed.values() if rs is not None for r in rs]
+    cost = statistics.median(ratios)
+    found = {"cost": cost, "cost_low": min(ratios), "cost_high": max(ratios)}
+    if len(clean) < 2:
+        return {
+            **found,
+            "class": UNDECIDED,
+            "reason": f"one {side} run: its noise is unknown (run with --runs 2 or more)",
+        }
+    spread = max(max(rs) - min(rs) for rs in timed.values() if rs is not None)
+    if min(ratios) <= 0 or cost <= spread:
+        return {
+            **found,
+            "class": WITHIN_NOISE,
+            "reason": f"the stock pick is {cost:+.1%} by the {side} timing, "
+            f"inside the {side} runs' spread of {spread:.1%}",
+        }
+    cls = CHANGED if cost > min_effect else NEGLIGIBLE
+    return {
+        **found,
+        "class": cls,
+        "reason": f"every {side} run picked {winner}, and the stock pick is {cost:+.1%} "
+        f"slower in each, beyond the {side} runs' spread of {spread:.1%}"
+        + ("" if cls == CHANGED else ", under the floor"),
+    }
+
+
+def _modal(winners: list[str]) -> str:
+    counts = Counter(winners)
+    best = max(counts.values())
+    return next(w for w in winners if counts[w] == best)  # ties: the earliest run's
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    labels = [label for label in runs[0]["timings_ms"] if all(label in d["timings_ms"] for d in runs)]
+    return {label: statistics.median(d["timings_ms"][label] for d in runs) for label in labels}
+
+
+def _judged(
+    stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str, price: dict[str, Any] | None, min_effect: float
+) -> dict[str, Any]:
+    """One decision's class and reason, by price where its picks have one."""
+    s_win, c_win = [d["winner"] for d in stock], [d["winner"] for d in clean]
+    picks = set(s_win) | set(c_win)
+    if len(picks) == 1:
+        return {"class": UNCHANGED, "reason": f"every run picked {s_win[0]}", "priced": False}
+    prices = (price or {}).get("prices") or {}
+    if picks <= set(prices):
+        return {**classify_priced(s_win, c_win, price or {}, side, min_effect), "priced": True}
+    why = (price or {}).get("error") or "no price for every pick"
+    found = classify_by_clean_timing(stock, clean, side, min_effect)
+    return {**found, "priced": False, "not_priced": why, "reason": f"{found['reason']} (not priced: {why})"}
+
+
+def _decision(
+    key: Key,
+    stock: list[dict[str, Any]],
+    clean: list[dict[str, Any]],
+    side: str,
+    price: dict[str, Any] | None,
+    calls: float | None,
+    min_effect: float,
+) -> dict[str, Any]:
+    found = _judged(stock, clean, side, price, min_effect)
+    s_win, c_win = [d["winner"] for d in stock], [d["winner"] for d in clean]
+    s_time, c_time = _medians(stock), _medians(clean)
+    both = [label for label in c_time if label in s_time and c_time[label] > 0]
+    record = {
+        "kind": key[0],
+        "op": key[1],
+        "key": key[2],
+        **found,
+        "changed": found["class"] == CHANGED,
+        "stock_winner": _modal(s_win),
+        "clean_winner": _modal(c_win),
+        "stock_winners": s_win,
+        "clean_winners": c_win,
+        "calls": calls,
+        "choices": len(both),
+        "timings_ms": {label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
+    }
+    if found["priced"]:
+        prices = (price or {})["prices"]
+        record["prices_us"] = {label: prices[label] for label in sorted(set(s_win) | set(c_win))}
+        stock_us, clean_us = prices[record["stock_winner"]]["us"], prices[record["clean_winner"]]["us"]
+        record["ratio"] = stock_us / clean_us
+        record["cost_us"] = stock_us - clean_us  # per call: what the stock pick costs the job
+        s_price, c_price = prices[record["stock_winner"]], prices[record["clean_winner"]]
+        record["cost"] = record["ratio"] - 1
+        record["cost_low"] = s_price["low"] / c_price["high"] - 1
+        record["cost_high"] = s_price["high"] / c_price["low"] - 1
+    elif "cost" in found:
+        record["ratio"] = 1 + found["cost"]
+    return record
+
+
+def compare(
+    stock_runs: list[list[dict[str, Any]]],
+    clean_runs: list[list[dict[str, Any]]],
+    side: str = "write-read",
+    prices: list[dict[str, Any]] | None = None,
+    min_effect: float = MIN_EFFECT,
+) -> dict[str, Any]:
+    """Match every decision across the runs, classify each (by price where it has one), say
+    how reproducible each side's tuning is, and what the changed decisions cost the job."""
+    stock, clean = by_key(stock_runs), by_key(clean_runs)
+    calls = calls_per_run(stock_runs + clean_runs)
+    priced = {tuple(p["key"]): p for p in prices or []}
+    matched = [k for k in stock if k in clean]
+    decisions = [
+        _decision(k, stock[k], clean[k], side, priced.get(k), calls.get((k[1], k[2])), min_effect) for k in matched
+    ]
+    ratios = [v["stock"] / v["clean"] for d in decisions for v in d["timings_ms"].values()]
+    q1, median, q3 = quartiles(ratios) if ratios else (None, None, None)
+    return {
+        "decisions": decisions,
+        "changed": sorted((d for d in decisions if d["changed"]), key=lambda d: -d["ratio"]),
+        "classes": {c: sum(d["class"] == c for d in decisions) for c in CLASSES},
+        "agreement": _agreement(stock, clean, len(stock_runs), len(clean_runs), decisions),
+        "only_stock": [list(k) for k in stock if k not in clean],
+        "only_clean": [list(k) for k in clean if k not in stock],
+        "ratio_stock_over_clean": {"n": len(ratios), "q1": q1, "median": median, "q3": q3, "values": ratios},
+        "total": _total(decisions),
+        "min_effect": min_effect,
+    }
+
+
+def _agreement(
+    stock: dict[Key, list[dict[str, Any]]],
+    clean: dict[Key, list[dict[str, Any]]],
+    stock_count: int,
+    clean_count: int,
+    decisions: list[dict[str, Any]],
+) -> dict[str, dict[str, int]]:
+    """Per side: the decisions it made in every run, how many its runs picked alike, and how
+    many by price (picks within the noise of each other are one choice)."""
+    by_key = {(d["kind"], d["op"], d["key"]): d for d in decisions}
+    found = {}
+    for name, records, count in ((STOCK, stock, stock_count), ("clean", clean, clean_count)):
+        made = [k for k in records if k in by_key and len(records[k]) == count]
+        picks = {k: {d["winner"] for d in records[k]} for k in made}
+        alike = sum(len(picks[k]) == 1 for k in made)
+        near = sum(len(picks[k]) == 1 or _near(by_key[k], picks[k]) for k in made)
+        found[name] = {"runs": count, "made_in_every_run": len(made), "agree": alike, "agree_by_price": near}
+    return found
+
+
+def _near(decision: dict[str, Any], picks: set[str]) -> bool:
+    """Whether one side's different ``picks`` lie within the decision's noise by price."""
+    prices = decision.get("prices_us")
+    return prices is not None and not _side_apart(prices, picks, decision["noise"])
+
+
+def _total(decisions: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the changed decisions' stock picks cost the job, by price: per call of each (us,
+    summed), and weighted by the calls the runs counted where they counted them."""
+    priced = [d for d in decisions if d["changed"] and "cost_us" in d]
+    counted = [d for d in priced if d["calls"]]
+    return {
+        "changed_priced": len(priced),
+        "us_per_call_sum": sum(d["cost_us"] for d in priced),
+        "counted": len(counted),
+        "us_over_calls": sum(d["cost_us"] * d["calls"] for d in counted),
+        "calls": sum(d["calls"] for d in counted),
+    }

@@ -1,0 +1,120 @@
+"""Independent prices for ``cleanflush ab``: each pick of a Triton ``@autotune`` decision, timed
+again side by side in one process, with a timer that shares no code with the flush.
+
+For every decision to price, the call a run recorded (``_calls``) is made again on the GPU
+under each candidate config: the config's pre-hook, the autotuner's hooks, the launch, as
+Triton's autotuner times a config.  Before each call a plain read of a buffer of this
+module's own (a float32 ``sum()`` of 256 MiB, at least 2 x L2) leaves L2 clean and cold; the
+kernel's own time is what CUPTI records (torch's profiler), so neither the flush under test
+nor launch latency is in it.  Rounds are interleaved (each candidate's ``CALLS`` calls, then
+the next, in a rotating order); a candidate's price is the median over the rounds of each
+round's median, its range the rounds' lowest and highest.
+
+``_ab.run`` calls ``main`` in a process of its own (arguments: SPEC.json OUT.json); needs a
+CUDA GPU.  Progress goes to stderr; a decision that cannot be priced gets its reason and the
+others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ._calls import Call, kernel_name
+
+ROUNDS = 5
+CALLS = 10  # calls per candidate and round
+READ_BYTES = 256 << 20  # the plain read before each call: 2 x L2 and more on every GPU so far
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec_path, out_path = argv if argv is not None else sys.argv[1:]
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    priced = price_all(spec["decisions"], spec["calls_folder"], spec.get("rounds", ROUNDS), spec.get("calls", CALLS))
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(priced, f)
+    return 0
+
+
+def price_all(decisions: list[dict[str, Any]], folder: str, rounds: int, calls: int) -> list[dict[str, Any]]:
+    """Each decision (``{"key", "file", "error", "candidates"}``) with its prices, or why it has none."""
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    read = torch.ones(READ_BYTES // 4, dtype=torch.float32, device=device)
+    found = []
+    for number, decision in enumerate(decisions, 1):
+        started = time.monotonic()
+        result = {"key": decision["key"]}
+        if decision.get("file") is None:
+            result["error"] = decision.get("error") or "no call recorded"
+        else:
+            try:
+                result.update(
+                    price_one(os.path.join(folder, decision["file"]), decision["candidates"], read, rounds, calls)
+                )
+            except Exception as exc:  # a kernel that cannot be found, made again or launched: said, the others go on
+                result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            torch.cuda.empty_cache()
+        print(
+            f"cleanflush ab: priced {number} of {len(decisions)} ({time.monotonic() - started:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        found.append(result)
+    return found
+
+
+def price_one(path: str, labels: list[str], read: Any, rounds: int, calls: int) -> dict[str, Any]:
+    """{"prices": {label: {"us", "low", "high", "rounds"}}, "rounds", "calls", "kernel"} for one decision."""
+    call = Call.load(path, read.device)
+    launches = {label: call.launch(label) for label in labels}
+    times = kernel_times(launches, kernel_name(call), read, rounds, calls)
+    prices = {
+        label: {"us": statistics.median(ts), "low": min(ts), "high": max(ts), "rounds": ts}
+        for label, ts in times.items()
+    }
+    return {"prices": prices, "rounds": rounds, "calls": calls, "kernel": kernel_name(call)}
+
+
+def kernel_times(
+    launches: dict[str, Callable[[], None]], kernel: str, read: Any, rounds: int, calls: int
+) -> dict[str, list[float]]:
+    """label -> each round's median kernel time (us) of its ``calls`` calls, each after a plain
+    read, the labels interleaved round by round."""
+    import torch
+
+    for launch in launches.values():  # compiled, loaded and warm before the timing
+        for _ in range(3):
+            read.sum()
+            launch()
+    torch.cuda.synchronize()
+    labels, order = list(launches), []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for r in range(rounds):
+            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+                for _ in range(calls):
+                    read.sum()
+                    launches[label]()
+                    order.append((r, label))
+        torch.cuda.synchronize()
+    spans = _spans(profile, kernel)
+    if len(spans) != len(order):
+        raise RuntimeError(f"the profiler saw {len(spans)} launches of {kernel} for {len(order)} calls")
+    per_round: dict[tuple[int, str], list[float]] = {}
+    for (r, label), us in zip(order, spans):
+        per_round.setdefault((r, label), []).append(us)
+    return {label: [statistics.median(per_round[(r, label)]) for r in range(rounds)] for label in labels}
+
+
+def _spans(profile: Any, kernel: str) -> list[float]:
+    """The durations (us) of the GPU kernels named ``kernel``, in the order they ran."""
+    on_gpu = [e for e in profile.events() if getattr(e.device_type, "name", "") == "CUDA"]
+    named = [e for e in on_gpu if e.name == kernel] or [e for e in on_gpu if e.name.startswith(kernel)]
+    return [e.time_range.elapsed_us() for e in sorted(named, key=lambda e: e.time_range.start)]

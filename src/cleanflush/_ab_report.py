@@ -1,0 +1,174 @@
+"""The text of ``cleanflush ab``'s report, from its record (plain Python)."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from collections import Counter
+from typing import Any
+
+from . import _ab_programs
+from ._ab_compare import CLEAN_SLOWER, NEGLIGIBLE, STOCK, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE
+
+COMPARED = ("triton", "inductor")  # the targets whose flushes decide what ab compares
+
+
+def format_report(result: dict[str, Any]) -> str:
+    cmp, policy = result["comparison"], result["policy"]
+    lines = _header(result) + _decisions_lines(cmp, policy, result["runs_compared"])
+    r = cmp["ratio_stock_over_clean"]
+    if r["n"]:
+        lines.append(
+            f"stock / clean timing over all {r['n']} choices: median {r['median']:.3f} "
+            f"(q1 {r['q1']:.3f}, q3 {r['q3']:.3f})"
+        )
+    for side in ("only_stock", "only_clean"):
+        if cmp[side]:
+            lines.append(f"decisions made only in the {side[5:]} runs: {len(cmp[side])}")
+    if "end_to_end" in result and not result["interrupted"]:
+        lines += _end_to_end_lines(result["end_to_end"], policy)
+    if result.get("figure"):
+        lines.append(f"figure: {result['figure']}")
+    lines += [f"run {r['index']} ({r['policy']}) {ended(r['code'])}" for r in result["run_codes"] if r["code"] != 0]
+    if result["skipped_lines"]:
+        lines.append(f"decision lines skipped (not decisions): {len(result['skipped_lines'])}")
+    if result["interrupted"]:
+        lines.append(f"interrupted: {result['runs_compared']} of {result['runs']} pairs of runs compared")
+    return "\n".join(lines)
+
+
+def _header(result: dict[str, Any]) -> list[str]:
+    cmp, policy = result["comparison"], result["policy"]
+    kinds = Counter(d["kind"] for d in cmp["decisions"])
+    priced = sum(d["priced"] for d in cmp["decisions"])
+    return [
+        f"cleanflush ab: {shown(result['command'])}",
+        f"  stock flush ({STOCK}) against {policy}, {result['runs']} run(s) each, interleaved, fresh caches per run",
+        *_not_patched_lines(result.get("not_patched", []), policy),
+        "",
+        f"autotuning decisions matched in both: {len(cmp['decisions'])} "
+        f"(Triton autotuner {kinds.get('triton', 0)}, Inductor max-autotune {kinds.get('inductor', 0)}, "
+        f"Inductor kernel configs {kinds.get('inductor-kernel', 0)}); priced independently: {priced}",
+    ]
+
+
+def _decisions_lines(cmp: dict[str, Any], policy: str, runs: int) -> list[str]:
+    if not cmp["decisions"]:
+        return [
+            "no autotuning decision was recorded: does the command autotune (Triton @autotune, "
+            "torch.compile mode='max-autotune')?"
+        ]
+    a = cmp["agreement"]
+    lines = [
+        f"reproducible: stock runs agree on {a[STOCK]['agree']} of {a[STOCK]['made_in_every_run']} decisions "
+        f"({a[STOCK]['agree_by_price']} by price), {policy} runs on {a['clean']['agree']} of "
+        f"{a['clean']['made_in_every_run']} ({a['clean']['agree_by_price']} by price)"
+        + ("" if runs > 1 else " (one run a side: nothing to agree with)")
+    ]
+    lines += _changed_lines(cmp, policy)
+    for cls in (NEGLIGIBLE, UNSTABLE, WITHIN_NOISE, CLEAN_SLOWER, UNDECIDED):
+        found = [d for d in cmp["decisions"] if d["class"] == cls]
+        if found:
+            floor = f" (under the {cmp['min_effect']:.0%} floor)" if cls == NEGLIGIBLE else ""
+            lines.append(f"{cls}{floor}: {len(found)}")
+            lines += [f"{_decision_line(d)}: {d['reason']}" for d in found]
+    return [*lines, f"unchanged: {cmp['classes'][UNCHANGED]}"]
+
+
+def _changed_lines(cmp: dict[str, Any], policy: str) -> list[str]:
+    changed = cmp["changed"]
+    if not changed:
+        return [f"the dirty flush changed no decision here beyond the noise and the {cmp['min_effect']:.0%} floor"]
+    lines = [
+        f"changed by the dirty flush: {len(changed)} of {len(cmp['decisions'])} (every stock pick slower than "
+        f"every {policy} pick, beyond the noise and the {cmp['min_effect']:.0%} floor; by the independent price "
+        "where priced)"
+    ]
+    for d in changed:
+        lines.append(_decision_line(d))
+        if "prices_us" in d:
+            lines += _priced_picks(d, "stock", d["stock_winners"]) + _priced_picks(d, policy, d["clean_winners"])
+            lines.append(f"    stock / {policy} {d['ratio']:.2f}x; sure: {d['rounds']} rounds, noise {d['noise']:.1%}")
+        else:
+            lines.append(f"    {d['reason']}")
+    total = cmp["total"]
+    if total["changed_priced"]:
+        counted = (
+            f", {total['us_over_calls'] / 1e3:.2f} ms over the {total['calls']:.0f} calls the runs counted"
+            if total["counted"]
+            else ""
+        )
+        lines.append(
+            f"in total: the stock picks cost {total['us_per_call_sum']:.1f} us per call of the "
+            f"{total['changed_priced']} changed kernels (summed){counted}"
+        )
+    return lines
+
+
+def _priced_picks(d: dict[str, Any], side: str, winners: list[str]) -> list[str]:
+    counts = Counter(winners).most_common()
+    lines = []
+    for pick, n in counts:
+        p = d["prices_us"][pick]
+        runs = f"{n} of {len(winners)} runs"
+        lines.append(f"    {side} picked {short(pick)} ({runs}): {p['us']:.2f} us ({p['low']:.2f}-{p['high']:.2f})")
+    return lines
+
+
+def short(label: str, width: int = 90) -> str:
+    """``label``, cut to ``width`` characters with "..." where it is longer."""
+    return label if len(label) <= width else label[: width - 3] + "..."
+
+
+def _decision_line(d: dict[str, Any]) -> str:
+    return f"  {d['kind']} {short(d['op'], 70)} [{short(d['key'], 70)}]"
+
+
+def _end_to_end_lines(e2e: dict[str, Any] | None, policy: str) -> list[str]:
+    if e2e is None:
+        return ["end to end: no run compiled an Inductor program (Triton @autotune decisions are priced above)"]
+    lines = []
+    for g in e2e["graphs"] + ([{"name": "in total", **e2e["total"]}] if e2e.get("total") else []):
+        r, noise = g["ratio"], [v for v in g["same_side"].values() if v is not None]
+        judged = {
+            _ab_programs.SLOWER: "slower, beyond the noise",
+            _ab_programs.FASTER: "faster, beyond the noise",
+            _ab_programs.WITHIN_NOISE: "within the noise",
+            _ab_programs.UNKNOWN: "one run a side: the noise is unknown",
+        }[g["verdict"]]
+        if noise:
+            judged += f" (programs tuned under the same flush differ by up to {max(noise):.1%})"
+        lines.append(
+            f"  {g['name']}: {r['median'] - 1:+.1%} (q1 {r['q1'] - 1:+.1%}, q3 {r['q3'] - 1:+.1%}), "
+            f"{g['ms'][STOCK]:.3f} ms against {g['ms'][policy]:.3f} ms: {judged}"
+        )
+    head = (
+        f"end to end: the programs tuned under the stock flush against those tuned under {policy} "
+        "(timed together, no flush between calls)"
+    )
+    return [head, *lines, *(f"  {p}" for p in e2e["problems"])]
+
+
+def shown(command: list[str]) -> str:
+    """``command`` as a shell would take it back (quoted; bytes that are no UTF-8 escaped)."""
+    return shlex.join(arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") for arg in command)
+
+
+def ended(code: int) -> str:
+    """How a run ended, as its exit status says: "exited with code 3", "killed by SIGKILL"."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _not_patched_lines(names: list[str], policy: str) -> list[str]:
+    if not names:
+        return []
+    if set(names) >= set(COMPARED):
+        what = "the clean side is not patched: stock against stock"
+    else:
+        what = f"{', '.join(names)} runs stock in the {policy} runs too: its decisions compare stock against stock"
+    return [f"  CLEANFLUSH_DISABLE={','.join(names)}: {what}"]

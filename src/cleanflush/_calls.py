@@ -1,0 +1,172 @@
+"""A Triton autotuning call, recorded so that ``cleanflush ab`` can make it again and time its
+picks (``_ab_prices``).
+
+When an ``@triton.autotune`` kernel tunes a key for the first time in an ``ab`` run, the
+arguments of that call are saved with ``torch.save`` (tensors with their storage, strides and
+offsets, copied from the GPU; a ``TensorDescriptor`` with its tensor; scalars as they are),
+with the kernel's module and name and the launch grid each config gave.  Later, in a process
+of its own, ``Call.load`` imports the kernel's module, finds its ``Autotuner`` and makes the
+same call again under any config: the config's pre-hook, the autotuner's own pre- and
+post-hooks (``restore_value``, ``reset_to_zero``) and the launch, as Triton's autotuner times
+one config.  One record per kernel and key, whichever run made it first: the runs tune the
+same calls, with the same shapes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+# The record of a call whose arguments' storages are larger than this is not made: what it
+# copies to the host and the disk would be far larger than the kernel's own data (a view
+# into a large cache, say).
+MAX_BYTES = 4 << 30
+NOT_ARGUMENTS = ("grid", "warmup")  # what the autotuner's caller passes beside the kernel's arguments
+
+
+def file_for(op: str, key: str) -> str:
+    """The record's file name for a kernel and key: the same in every run."""
+    return hashlib.sha1(f"{op}\n{key}".encode()).hexdigest()[:20] + ".pt"
+
+
+class GridRecorder:
+    """Stands in for a launch's grid function and keeps what it gave for each config's
+    meta-parameters: the grid of a config the record can make again without the caller's
+    closure."""
+
+    def __init__(self, grid: Callable[[dict[str, Any]], Any], names: list[str]) -> None:
+        self.grid, self.names = grid, names
+        self.seen: dict[tuple[Any, ...], tuple[int, ...]] = {}
+
+    def __call__(self, meta: dict[str, Any]) -> Any:
+        found = self.grid(meta)
+        self.seen[tuple(meta.get(name) for name in self.names)] = tuple(int(n) for n in found)
+        return found
+
+
+def config_names(tuner: Any) -> list[str]:
+    """The meta-parameters the tuner's configs set, in a fixed order."""
+    return sorted({name for config in getattr(tuner, "configs", ()) for name in getattr(config, "kwargs", {})})
+
+
+def record(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, path: str) -> str | None:
+    """Save the call to ``path`` (unless a run saved it already); why it cannot be, or None."""
+    if os.path.exists(path):
+        return None
+    import torch
+
+    fn = getattr(tuner, "base_fn", None)
+    module = getattr(fn, "__module__", None)
+    if fn is None or module is None or module == "__main__":
+        return "its kernel is defined in __main__ (or nowhere importable): it cannot be made again elsewhere"
+    size = sum(a.untyped_storage().nbytes() for a in _tensors(args, kwargs))
+    if size > MAX_BYTES:
+        return f"its arguments' storages hold {size / (1 << 30):.1f} GiB: too large to record"
+    meta = {k: v for k, v in kwargs.items() if k not in NOT_ARGUMENTS}
+    grid = kwargs.get("grid")
+    payload = {
+        "module": module,
+        "name": fn.__name__,
+        "args": list(args),
+        "kwargs": meta,
+        "grid": grid if isinstance(grid, tuple) else None,
+        "grids": dict(grids.seen) if isinstance(grids, GridRecorder) else {},
+        "grid_names": grids.names if isinstance(grids, GridRecorder) else [],
+    }
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        torch.save(payload, temporary)
+        os.replace(temporary, path)  # whole, or not there: two runs may record the same key
+    except Exception as exc:  # an argument pickle cannot take, a full disk: this decision is not priced
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        return f"its arguments could not be saved ({type(exc).__name__}: {exc})"[:300]
+    return None
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    import torch
+
+    found = []
+    for value in [*args, *kwargs.values()]:
+        base = getattr(value, "base", value)  # a TensorDescriptor's tensor
+        if isinstance(base, torch.Tensor):
+            found.append(base)
+    return found
+
+
+@dataclass
+class Call:
+    """A recorded call, loaded onto the GPU with its kernel's autotuner."""
+
+    tuner: Any
+    args: list[Any]
+    kwargs: dict[str, Any]
+    grid: tuple[int, ...] | None
+    grids: dict[tuple[Any, ...], tuple[int, ...]]
+    grid_names: list[str]
+
+    @classmethod
+    def load(cls, path: str, device: Any) -> Call:
+        """The call in ``path``, its tensors on ``device``; raises (with a reason a user can
+        act on) where the kernel cannot be found."""
+        import torch
+
+        payload = torch.load(path, map_location=device, weights_only=False)
+        module = import_module(payload["module"])
+        tuner = _autotuner(getattr(module, payload["name"], None), payload["name"])
+        return cls(
+            tuner,
+            payload["args"],
+            payload["kwargs"],
+            payload["grid"],
+            payload["grids"],
+            payload["grid_names"],
+        )
+
+    def config(self, label: str) -> Any:
+        """The tuner's config that ``label`` (its ``str``) names."""
+        for config in self.tuner.configs:
+            if str(config) == label:
+                return config
+        raise LookupError(f"no config of {self.tuner.base_fn.__name__} is {label!r} here")
+
+    def launch(self, label: str) -> Callable[[], None]:
+        """The call under the config ``label``, as Triton's autotuner times one config: its
+        pre-hook, the autotuner's pre-hook, the kernel, the autotuner's post-hook."""
+        config = self.config(label)
+        grid = self.grid or self.grids.get(tuple(config.kwargs.get(name) for name in self.grid_names))
+        if grid is None:
+            raise LookupError(f"the grid of config {label!r} was not recorded (the job's run never launched it)")
+        current = {**self.kwargs, "grid": grid, "warmup": False, **config.all_kwargs()}
+        tuner = self.tuner
+        full = {**dict(zip(tuner.arg_names, self.args)), **current}
+
+        def call() -> None:
+            if config.pre_hook:
+                config.pre_hook(full)
+            tuner.pre_hook(full)
+            tuner.fn.run(*self.args, **current)
+            tuner.post_hook(full, exception=None)
+
+        return call
+
+
+def _autotuner(found: Any, name: str) -> Any:
+    """The ``Autotuner`` behind a module attribute (under ``@triton.heuristics`` too)."""
+    for _ in range(4):
+        if found is None:
+            break
+        if hasattr(found, "configs") and getattr(getattr(found, "base_fn", None), "__name__", None) == name:
+            return found
+        found = getattr(found, "fn", None)
+    raise LookupError(f"{name} is not a @triton.autotune kernel of its module here")
+
+
+def kernel_name(call: Call) -> str:
+    """The name the GPU profiler gives the kernel's launches."""
+    return str(call.tuner.base_fn.__name__)
