@@ -145,6 +145,18 @@ def classify_priced(
     }
 
 
+def _picks(winners: list[str]) -> str:
+    """ "a in 2 of 3 runs, b in 1", most frequent first."""
+    counts = Counter(winners).most_common()
+    return ", ".join(
+        f"{_short(w, 60)} in {n}" + (f" of {len(winners)} runs" if i == 0 else "") for i, (w, n) in enumerate(counts)
+    )
+
+
+def _short(label: str, width: int) -> str:
+    return label if len(label) <= width else label[: width - 3] + "..."
+
+
 def _slower(clean: list[dict[str, Any]], pick: str, winner: str) -> list[float] | None:
     """How much slower ``pick`` is than ``winner`` in each clean run (a fraction), or None
     where a clean run did not time both."""
@@ -157,52 +169,71 @@ def _slower(clean: list[dict[str, Any]], pick: str, winner: str) -> list[float] 
     return ratios
 
 
+NO_COST: dict[str, Any] = {"cost": None, "cost_low": None, "cost_high": None, "clean_spread": None}
+
+
 def classify_by_clean_timing(
-    stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str, min_effect: float
+    stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str, min_effect: float = MIN_EFFECT
 ) -> dict[str, Any]:
-    """The class of an unpriced decision, by the clean runs' own timing: changed needs every
-    clean run to agree and every stock pick to be slower in each, beyond the spread of that
-    ratio over the clean runs and the floor."""
+    """The class of a decision that has no price, by the clean runs' own timing: ``changed``
+    needs every clean run to agree on a winner and every stock pick to be slower than it, in
+    every clean run, by more than the spread of that ratio over the clean runs (the clean
+    side's own noise for those two choices) and the floor.  With one run a side there is no
+    spread: a differing pick is ``undecided``."""
     s_win, c_win = [d["winner"] for d in stock], [d["winner"] for d in clean]
     if len(set(c_win)) > 1:
-        both = len(set(s_win)) > 1
-        return {"class": UNSTABLE, "unstable_side": "both" if both else side, "reason": f"the {side} runs disagree"}
-    winner = c_win[0]
-    if winner in s_win:
+        who = f"the {side} runs disagree ({_picks(c_win)})"
+        if len(set(s_win)) > 1:
+            who += f", and so do the stock runs ({_picks(s_win)})"
+        return {**NO_COST, "class": UNSTABLE, "unstable_side": "both" if len(set(s_win)) > 1 else side, "reason": who}
+    named = _short(c_win[0], 60)
+    if c_win[0] in s_win:
         if len(set(s_win)) == 1:
-            return {"class": UNCHANGED, "reason": f"every run picked {winner}"}
-        return {
-            "class": UNSTABLE,
-            "unstable_side": STOCK,
-            "reason": f"the stock runs disagree; every {side} run picked {winner}",
-        }
-    timed = {pick: _slower(clean, pick, winner) for pick in sorted(set(s_win))}
-    if any(r is None for r in timed.values()):
-        return {"class": UNDECIDED, "reason": f"the {side} runs did not time the stock pick"}
-    ratios = [r for rs in timed.values() if rs is not None for r in rs]
-    cost = statistics.median(ratios)
-    found = {"cost": cost, "cost_low": min(ratios), "cost_high": max(ratios)}
-    if len(clean) < 2:
+            return {**NO_COST, "class": UNCHANGED, "reason": f"every run picked {named}"}
+        why = f"the stock runs disagree ({_picks(s_win)}); every {side} run picked {named}"
+        return {**NO_COST, "class": UNSTABLE, "unstable_side": STOCK, "reason": why}
+    timed = {pick: _slower(clean, pick, c_win[0]) for pick in sorted(set(s_win))}
+    per_pick = {pick: r for pick, r in timed.items() if r is not None}
+    if len(per_pick) < len(timed):
+        return {**NO_COST, "class": UNDECIDED, "reason": f"the {side} runs did not time the stock pick"}
+    return _by_clean_ratios(per_pick, s_win, len(clean), side, named, min_effect)
+
+
+def _by_clean_ratios(
+    per_pick: dict[str, list[float]], s_win: list[str], runs: int, side: str, named: str, min_effect: float
+) -> dict[str, Any]:
+    """The class from each stock pick's ratios to the clean winner, one per clean run."""
+    ratios = [r for rs in per_pick.values() for r in rs]
+    found: dict[str, Any] = {**NO_COST, "cost": statistics.median(ratios), "cost_low": min(ratios)}
+    found["cost_high"] = max(ratios)
+    if runs < 2:
         return {
             **found,
             "class": UNDECIDED,
             "reason": f"one {side} run: its noise is unknown (run with --runs 2 or more)",
         }
-    spread = max(max(rs) - min(rs) for rs in timed.values() if rs is not None)
-    if min(ratios) <= 0 or cost <= spread:
+    spread = found["clean_spread"] = max(max(rs) - min(rs) for rs in per_pick.values())
+    if min(ratios) <= 0 or found["cost"] <= spread:
         return {
             **found,
             "class": WITHIN_NOISE,
-            "reason": f"the stock pick is {cost:+.1%} by the {side} timing, "
-            f"inside the {side} runs' spread of {spread:.1%}",
+            "reason": f"the stock pick is {found['cost']:+.1%} by the {side} timing, inside the {side} runs' "
+            f"spread of {spread:.1%}",
         }
-    cls = CHANGED if cost > min_effect else NEGLIGIBLE
+    also = f"; the stock runs disagree ({_picks(s_win)})" if len(set(s_win)) > 1 else ""
+    counts = Counter(s_win)
+    picks = [
+        {"pick": p, "runs": counts[p], "cost": statistics.median(rs), "cost_low": min(rs), "cost_high": max(rs)}
+        for p, rs in sorted(per_pick.items(), key=lambda item: -counts[item[0]])
+    ]
+    cls = CHANGED if found["cost"] > min_effect else NEGLIGIBLE
+    under = "" if cls == CHANGED else f", under the {min_effect:.0%} floor"
     return {
         **found,
+        "stock_picks": picks,
         "class": cls,
-        "reason": f"every {side} run picked {winner}, and the stock pick is {cost:+.1%} "
-        f"slower in each, beyond the {side} runs' spread of {spread:.1%}"
-        + ("" if cls == CHANGED else ", under the floor"),
+        "reason": f"every {side} run picked {named}, and the stock pick is slower in each, by more "
+        f"than the {side} runs' spread of {spread:.1%}{also}{under}",
     }
 
 
@@ -224,12 +255,14 @@ def _judged(
     s_win, c_win = [d["winner"] for d in stock], [d["winner"] for d in clean]
     picks = set(s_win) | set(c_win)
     if len(picks) == 1:
-        return {"class": UNCHANGED, "reason": f"every run picked {s_win[0]}", "priced": False}
+        return {**NO_COST, "class": UNCHANGED, "reason": f"every run picked {_short(s_win[0], 60)}", "priced": False}
     prices = (price or {}).get("prices") or {}
     if picks <= set(prices):
-        return {**classify_priced(s_win, c_win, price or {}, side, min_effect), "priced": True}
-    why = (price or {}).get("error") or "no price for every pick"
+        return {**NO_COST, **classify_priced(s_win, c_win, price or {}, side, min_effect), "priced": True}
     found = classify_by_clean_timing(stock, clean, side, min_effect)
+    if price is None:  # none was asked for (ab prices what its runs recorded a call of)
+        return {**found, "priced": False, "not_priced": "no price was asked for"}
+    why = price.get("error") or "a pick has no price"
     return {**found, "priced": False, "not_priced": why, "reason": f"{found['reason']} (not priced: {why})"}
 
 
@@ -256,6 +289,7 @@ def _decision(
         "clean_winner": _modal(c_win),
         "stock_winners": s_win,
         "clean_winners": c_win,
+        "stock_winner_slower_by": found["cost"],
         "calls": calls,
         "choices": len(both),
         "timings_ms": {label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
@@ -270,7 +304,7 @@ def _decision(
         record["cost"] = record["ratio"] - 1
         record["cost_low"] = s_price["low"] / c_price["high"] - 1
         record["cost_high"] = s_price["high"] / c_price["low"] - 1
-    elif "cost" in found:
+    elif found["cost"] is not None:
         record["ratio"] = 1 + found["cost"]
     return record
 

@@ -90,7 +90,7 @@ def _changed_lines(cmp: dict[str, Any], policy: str) -> list[str]:
             lines += _priced_picks(d, "stock", d["stock_winners"]) + _priced_picks(d, policy, d["clean_winners"])
             lines.append(f"    stock / {policy} {d['ratio']:.2f}x; sure: {d['rounds']} rounds, noise {d['noise']:.1%}")
         else:
-            lines.append(f"    {d['reason']}")
+            lines += _clean_timed_picks(d, policy)
     total = cmp["total"]
     if total["changed_priced"]:
         counted = (
@@ -113,6 +113,16 @@ def _priced_picks(d: dict[str, Any], side: str, winners: list[str]) -> list[str]
         runs = f"{n} of {len(winners)} runs"
         lines.append(f"    {side} picked {short(pick)} ({runs}): {p['us']:.2f} us ({p['low']:.2f}-{p['high']:.2f})")
     return lines
+
+
+def _clean_timed_picks(d: dict[str, Any], policy: str) -> list[str]:
+    """A change found by the clean runs' own timing (no price): each stock pick's cost there."""
+    lines = []
+    for p in d["stock_picks"]:
+        runs = "" if p["runs"] == len(d["stock_winners"]) else f" in {p['runs']} of {len(d['stock_winners'])} runs"
+        spread = "" if p["cost_low"] == p["cost_high"] else f" (runs: {p['cost_low']:+.1%} .. {p['cost_high']:+.1%})"
+        lines.append(f"    stock picked {short(p['pick'])}{runs}: {p['cost']:+.1%} slower by the clean timing{spread}")
+    return [*lines, f"    {policy} picked {short(d['clean_winner'])}", f"    not priced: {d['not_priced']}"]
 
 
 def short(label: str, width: int = 90) -> str:

@@ -53,8 +53,21 @@ def config_names(tuner: Any) -> list[str]:
     return sorted({name for config in getattr(tuner, "configs", ()) for name in getattr(config, "kwargs", {})})
 
 
-def record(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, path: str) -> str | None:
-    """Save the call to ``path`` (unless a run saved it already); why it cannot be, or None."""
+CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def config_spec(config: Any) -> dict[str, Any]:
+    """What makes a ``triton.Config`` again: its meta-parameters and launch options (a
+    pruner may hand the autotuner configs that are not in its list)."""
+    spec = {name: getattr(config, name) for name in CONFIG_OPTIONS if hasattr(config, name)}
+    return {"kwargs": dict(getattr(config, "kwargs", {})), **spec}
+
+
+def record(
+    tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, configs: list[Any], path: str
+) -> str | None:
+    """Save the call to ``path`` (unless a run saved it already), with the ``configs`` it was
+    timed under; why it cannot be, or None."""
     if os.path.exists(path):
         return None
     import torch
@@ -76,6 +89,7 @@ def record(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any
         "grid": grid if isinstance(grid, tuple) else None,
         "grids": dict(grids.seen) if isinstance(grids, GridRecorder) else {},
         "grid_names": grids.names if isinstance(grids, GridRecorder) else [],
+        "configs": {str(config): config_spec(config) for config in configs},
     }
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
@@ -109,6 +123,7 @@ class Call:
     grid: tuple[int, ...] | None
     grids: dict[tuple[Any, ...], tuple[int, ...]]
     grid_names: list[str]
+    configs: dict[str, dict[str, Any]]  # label -> its spec, as the run timed it
 
     @classmethod
     def load(cls, path: str, device: Any) -> Call:
@@ -126,14 +141,24 @@ class Call:
             payload["grid"],
             payload["grids"],
             payload["grid_names"],
+            payload.get("configs", {}),
         )
 
     def config(self, label: str) -> Any:
-        """The tuner's config that ``label`` (its ``str``) names."""
+        """The config that ``label`` (its ``str``) names: the tuner's own (with its pre-hook), or
+        one made again from what the run recorded (a pruner's config: its pre-hook is that of
+        the tuner's config with the same meta-parameters, where there is one)."""
         for config in self.tuner.configs:
             if str(config) == label:
                 return config
-        raise LookupError(f"no config of {self.tuner.base_fn.__name__} is {label!r} here")
+        spec = self.configs.get(label)
+        if spec is None:
+            raise LookupError(f"no config of {self.tuner.base_fn.__name__} is {label!r} here")
+        import triton
+
+        same = next((c for c in self.tuner.configs if dict(c.kwargs) == spec["kwargs"]), None)
+        options = {name: spec[name] for name in CONFIG_OPTIONS if name in spec}
+        return triton.Config(spec["kwargs"], **options, pre_hook=getattr(same, "pre_hook", None))
 
     def launch(self, label: str) -> Callable[[], None]:
         """The call under the config ``label``, as Triton's autotuner times one config: its

@@ -131,8 +131,9 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
             return []
         timings = dict(getattr(instance, "configs_timings", {}) or {})
         found = [triton_decision(instance, key, timings, instance.cache[key]) for key in set(instance.cache) - before]
-        for decision in found:
-            decision["call"] = _call_record(instance, args, kwargs, grids, folder, decision)
+        if folder is not None:  # in an ab run: each decision's call, recorded to price its picks
+            for decision in found:
+                decision["call"] = _call_record(instance, args, kwargs, grids, folder, decision)
         return found
 
     _record("triton", "a Triton autotuning decision", made)
@@ -140,14 +141,12 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
 
 
 def _call_record(
-    tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, folder: str | None, decision: dict[str, Any]
-) -> dict[str, str] | None:
-    """Where the call that made ``decision`` is recorded, or why it is not; None where no
-    record is asked for (outside ``cleanflush ab``)."""
-    if folder is None:
-        return None
+    tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, folder: str, decision: dict[str, Any]
+) -> dict[str, str]:
+    """Where the call that made ``decision`` is recorded (in ``cleanflush ab``'s ``folder``), or why it is not."""
     name = _calls.file_for(decision["op"], decision["key"])
-    why = _calls.record(tuner, args, kwargs, grids, os.path.join(folder, name))
+    timed = list(dict(getattr(tuner, "configs_timings", {}) or {}))
+    why = _calls.record(tuner, args, kwargs, grids, timed, os.path.join(folder, name))
     return {"file": name} if why is None else {"error": why}
 
 

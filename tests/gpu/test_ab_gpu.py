@@ -43,3 +43,36 @@ def test_cuda_programs_are_timed_by_the_gpu(tmp_path):
     assert graph["inputs"] == "float32[4][1]@cuda #1"
     assert 3.0 < graph["ratio"]["median"] < 5.0 and graph["verdict"] == "slower"
     assert 0.1 < graph["ms"]["write-read"] < 5.0  # a million cycles at 0.2-10 GHz, as the GPU ran them
+
+
+def test_a_recorded_call_is_made_again_and_priced_per_config(tmp_path, monkeypatch):
+    """What an ab run records of a real @triton.autotune call, made again in this process:
+    each config gives the kernel's own result, and the price of the small block (256 elements a
+    program) is far above the large one's (4096) on a 256 MiB input."""
+    import cleanflush
+    from cleanflush import _ab, _ab_prices, _calls
+
+    from .kernels import stream_add
+
+    monkeypatch.setenv("CLEANFLUSH_DECISIONS", str(tmp_path / "decisions.jsonl"))
+    monkeypatch.setenv("CLEANFLUSH_AB_CALLS", str(tmp_path))
+    cleanflush.uninstall()
+    cleanflush.install()  # records decisions from the autotuner now
+    x = torch.randn(64 << 20, device="cuda")
+    out = torch.empty_like(x)
+    stream_add.launch(x, out)
+    torch.cuda.synchronize()
+    [decision], bad = _ab.read_decisions(str(tmp_path / "decisions.jsonl"))
+    assert not bad and decision["call"]["file"]
+    labels = sorted(decision["timings_ms"])
+    call = _calls.Call.load(str(tmp_path / decision["call"]["file"]), torch.device("cuda", 0))
+    for label in labels:  # made again under each config: the kernel's own result
+        call.args[1].fill_(-7.0)
+        call.launch(label)()
+        torch.cuda.synchronize()
+        assert torch.equal(call.args[1], call.args[0] + 1.0), label
+    read = torch.ones(64 << 20, device="cuda")
+    priced = _ab_prices.price_one(str(tmp_path / decision["call"]["file"]), labels, read, rounds=3, calls=5)
+    small, large = (priced["prices"][label]["us"] for label in labels)  # "BLOCK: 256", "BLOCK: 4096"
+    assert "BLOCK: 256" in labels[0] and small > 1.5 * large > 0, priced
+    assert priced["kernel"] == "stream_add" and all(len(p["rounds"]) == 3 for p in priced["prices"].values())
