@@ -281,11 +281,15 @@ def _say_progress(index: int, count: int, side: str, started: float) -> None:
 def _one_run(command: list[str], base: dict[str, str], folder: str, side: str, job_stdout: Any, done: _Runs) -> None:
     """One run of the job under ``side``'s flush, in an empty ``folder``; what it gave goes to ``done``."""
     shutil.rmtree(folder, ignore_errors=True)
+    env = run_env(base, side, folder)
+    compiled = os.path.join(os.path.dirname(folder), "compiled")
+    _carry_compiled(compiled, env["TRITON_CACHE_DIR"])
     try:
-        code = subprocess.run(command, env=run_env(base, side, folder), stdout=job_stdout).returncode
+        code = subprocess.run(command, env=env, stdout=job_stdout).returncode
     except OSError as exc:  # the command cannot start: say so as a shell would
         print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         code = 127
+    _carry_compiled(env["TRITON_CACHE_DIR"], compiled)
     done.codes.append({"index": len(done.codes) + 1, "policy": side, "code": code})
     done.folders.append((side, folder))
     found, bad = read_decisions(os.path.join(folder, "decisions.jsonl"))
@@ -293,6 +297,13 @@ def _one_run(command: list[str], base: dict[str, str], folder: str, side: str, j
     done.skipped += bad
     for line in bad:
         print(f"cleanflush ab: {line}", file=sys.stderr)
+
+
+def _carry_compiled(source: str, into: str) -> None:
+    """Triton's compiled kernels from ``source`` into ``into``, never its tuning results
+    (``*.autotune.json``): a later run loads what an earlier one compiled, and still tunes."""
+    if os.path.isdir(source):
+        shutil.copytree(source, into, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.autotune.json"))
 
 
 def not_patched() -> list[str]:

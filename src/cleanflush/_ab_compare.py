@@ -30,7 +30,9 @@ from ._stats import quartiles
 
 STOCK = "write"
 MIN_EFFECT = 0.02  # the practical floor: a stock pick this much slower or less does not matter
-NOISE_FLOOR = 0.005  # the smallest noise a price is trusted to: a kernel time's rounds rarely agree closer
+# The smallest noise a price is trusted to: rounds that agree exactly (a timer's resolution)
+# still leave this much.
+NOISE_FLOOR = 0.001
 CHANGED, NEGLIGIBLE, UNSTABLE, WITHIN_NOISE, CLEAN_SLOWER, UNDECIDED, UNCHANGED = (
     "changed",
     "negligible",

@@ -1,0 +1,272 @@
+"""`cleanflush ab`'s independent prices: what is priced, how near-ties, the floor and unstable
+sides are judged by price, what the report says, and the record of a real Triton autotuning
+call made again (through Triton's interpreter, on CPU tensors)."""
+
+import json
+import os
+
+import pytest
+
+from cleanflush import _ab, _ab_compare, _ab_report
+
+from .conftest import run_python
+
+
+def decision(winner, timings, key="1", op="lib.gemv", call=None):
+    d = {"kind": "triton", "op": op, "key": key, "timings_ms": timings, "winner": winner}
+    return {**d, "call": call or {"file": "k.pt"}}
+
+
+def price(us, spread=0.004):
+    """A pick's price: ``us`` with its rounds within ``spread`` of it."""
+    return {"us": us, "low": us * (1 - spread / 2), "high": us * (1 + spread / 2), "rounds": [us] * 5}
+
+
+def priced(prices, key="1", op="lib.gemv"):
+    return [{"key": ["triton", op, key], "prices": prices, "rounds": 5}]
+
+
+TIMED = {"a": 0.010, "b": 0.011, "c": 0.037}  # the runs' own timings: what they say is not what is judged
+
+
+def compare(stock_picks, clean_picks, prices, min_effect=_ab_compare.MIN_EFFECT):
+    stock = [[decision(p, TIMED)] for p in stock_picks]
+    clean = [[decision(p, TIMED)] for p in clean_picks]
+    [d] = _ab_compare.compare(stock, clean, "write-read", prices, min_effect)["decisions"]
+    return d
+
+
+def test_near_tie_clean_picks_and_a_stock_pick_twice_as_slow_are_a_change():
+    # the clean runs pick two configs within the noise of each other: one choice
+    d = compare(["c", "c", "c"], ["a", "b", "a"], priced({"a": price(9.40), "b": price(9.43), "c": price(18.9)}))
+    assert (d["class"], d["priced"]) == ("changed", True)
+    assert d["ratio"] == pytest.approx(18.9 / 9.40) and d["cost_us"] == pytest.approx(18.9 - 9.40)
+    assert d["noise"] == pytest.approx(0.004)  # the rounds' spread: 9.40 and 9.43 lie within it
+    # the negative control: the clean picks 2% apart, beyond the noise, are not one choice
+    d = compare(["c", "c", "c"], ["a", "b", "a"], priced({"a": price(9.40), "b": price(9.60), "c": price(18.9)}))
+    assert (d["class"], d["unstable_side"]) == ("unstable", "write-read")
+
+
+def test_a_consistent_but_small_loss_is_negligible_not_a_change():
+    d = compare(["c"] * 3, ["a"] * 3, priced({"a": price(10.0, 0.001), "c": price(10.03, 0.001)}), min_effect=0.002)
+    assert d["class"] == "changed"  # +0.3%, beyond its noise and a 0.2% floor
+    d = compare(["c"] * 3, ["a"] * 3, priced({"a": price(10.0, 0.001), "c": price(10.03, 0.001)}))
+    assert d["class"] == "negligible" and "under the floor" in d["reason"]  # under the default 2%
+    d = compare(["c"] * 3, ["a"] * 3, priced({"a": price(10.0, 0.005), "c": price(10.03, 0.005)}))
+    assert d["class"] == "within noise"  # inside rounds that spread 0.5%: near-ties
+
+
+@pytest.mark.parametrize(
+    "stock_us, min_effect, expected",
+    [(10.21, 0.02, "changed"), (10.19, 0.02, "negligible"), (10.19, 0.0, "changed"), (13.0, 0.5, "negligible")],
+)
+def test_the_floor_is_a_strict_bound(stock_us, min_effect, expected):
+    d = compare(["c"] * 2, ["a"] * 2, priced({"a": price(10.0, 0.001), "c": price(stock_us, 0.001)}), min_effect)
+    assert d["class"] == expected
+
+
+def test_a_side_whose_own_picks_differ_by_price_is_unstable():
+    prices = priced({"a": price(10.0), "b": price(12.0), "c": price(11.0)})
+    d = compare(["b", "a", "b"], ["a"] * 3, prices)
+    assert (d["class"], d["unstable_side"]) == ("unstable", "write")  # one stock pick is the clean one
+    d = compare(["c", "b"], ["a"] * 2, prices)
+    assert d["class"] == "changed"  # the stock picks differ, but every one loses beyond the noise
+    d = compare(["a"] * 2, ["b", "c"], prices)
+    assert (d["class"], d["unstable_side"]) == ("unstable", "write-read")
+
+
+def test_clean_picks_slower_than_the_stock_ones_are_said_so():
+    d = compare(["a"] * 2, ["c"] * 2, priced({"a": price(10.0), "c": price(12.0)}))
+    assert d["class"] == "clean slower" and not d["changed"]
+
+
+def test_a_decision_without_a_price_is_judged_by_the_clean_timing_and_says_why():
+    stock = [[decision("c", TIMED)] for _ in range(2)]
+    clean = [[decision("a", TIMED)] for _ in range(2)]
+    why = "ModuleNotFoundError: No module named 'lib'"
+    cmp = _ab_compare.compare(stock, clean, "write-read", [{"key": ["triton", "lib.gemv", "1"], "error": why}])
+    [d] = cmp["decisions"]
+    assert (d["class"], d["priced"], d["not_priced"]) == ("changed", False, why)
+    report = _ab_report.format_report(record(cmp))
+    assert f"    not priced: {why}" in report.splitlines()
+    assert "priced independently: 0" in report
+
+
+def record(cmp, policy="write-read"):
+    return {
+        "command": ["python", "tune.py"],
+        "policy": policy,
+        "runs": 3,
+        "runs_compared": 3,
+        "run_codes": [],
+        "skipped_lines": [],
+        "interrupted": False,
+        "comparison": cmp,
+    }
+
+
+def test_the_report_prices_each_change_and_totals_the_job_by_its_calls():
+    stock = [[decision("c", TIMED), {"kind": "calls", "op": "lib.gemv", "counts": {"1": 30}}] for _ in range(3)]
+    clean = [[decision(p, TIMED), {"kind": "calls", "op": "lib.gemv", "counts": {"1": 30}}] for p in "aba"]
+    cmp = _ab_compare.compare(
+        stock, clean, "write-read", priced({"a": price(9.40), "b": price(9.43), "c": price(36.9)})
+    )
+    lines = _ab_report.format_report(record(cmp)).splitlines()
+    assert "    stock picked c (3 of 3 runs): 36.90 us (36.83-36.97)" in lines
+    assert "    write-read picked a (2 of 3 runs): 9.40 us (9.38-9.42)" in lines
+    assert "    stock / write-read 3.93x; sure: 5 rounds, noise 0.4%" in lines
+    assert (
+        "in total: the stock picks cost 27.5 us per call of the 1 changed kernels (summed), "
+        "0.82 ms over the 30 calls the runs counted"
+    ) in lines
+    assert (
+        "reproducible: stock runs agree on 1 of 1 decisions (1 by price), write-read runs on 0 of 1 (1 by price)"
+        in lines
+    )
+    assert cmp["total"] == {
+        "changed_priced": 1,
+        "us_per_call_sum": pytest.approx(27.5),
+        "counted": 1,
+        "us_over_calls": pytest.approx(825.0),
+        "calls": 30,
+    }
+
+
+def test_only_decisions_picked_differently_are_priced_each_with_its_record_or_why_not():
+    same = [[decision("a", TIMED, key="same")] for _ in range(2)]
+    stock = [[*run, decision("c", TIMED)] for run in same]
+    clean = [[*run, decision("a", TIMED)] for run in same]
+    clean[1].append({**decision("b", TIMED, key="inductor"), "kind": "inductor", "call": None})
+    stock[1].append({**decision("a", TIMED, key="inductor"), "kind": "inductor", "call": None})
+    unpriced = decision("b", TIMED, key="main", call={"error": "its kernel is defined in __main__"})
+    stock[0].append(decision("a", TIMED, key="main", call={"error": "its kernel is defined in __main__"}))
+    clean[0].append(unpriced)
+    wanted = _ab_compare.to_price(stock, clean)
+    assert wanted == [
+        {"key": ["triton", "lib.gemv", "1"], "file": "k.pt", "error": None, "candidates": ["a", "c"]},
+        {
+            "key": ["triton", "lib.gemv", "main"],
+            "file": None,
+            "error": "its kernel is defined in __main__",
+            "candidates": ["a", "b"],
+        },
+        {
+            "key": ["inductor", "lib.gemv", "inductor"],
+            "file": None,
+            "error": "its runs recorded no call to make again (only Triton @autotune calls are recorded)",
+            "candidates": ["a", "b"],
+        },
+    ]  # "same" is picked alike everywhere: nothing to price there
+
+
+def test_a_decisions_file_line_that_counts_calls_is_read_and_checked():
+    assert _ab.decision('{"kind": "calls", "op": "k", "counts": {"(1,)": 3}}') == {
+        "kind": "calls",
+        "op": "k",
+        "counts": {"(1,)": 3},
+    }
+    for bad in (
+        '{"kind": "calls", "op": "k", "counts": {"(1,)": -1}}',
+        '{"kind": "calls", "counts": {}}',
+        '{"kind": "calls", "op": "k", "counts": {"(1,)": true}}',
+    ):
+        with pytest.raises(ValueError):
+            _ab.decision(bad)
+
+
+def test_compiled_kernels_are_carried_to_the_next_run_but_never_tuning_results(tmp_path):
+    run1 = tmp_path / "run1" / "triton" / "abc123"
+    run1.mkdir(parents=True)
+    (run1 / "kernel.cubin").write_bytes(b"\x7fELF")
+    (run1 / "kernel.autotune.json").write_text("{}")
+    _ab._carry_compiled(str(tmp_path / "run1" / "triton"), str(tmp_path / "compiled"))
+    _ab._carry_compiled(str(tmp_path / "compiled"), str(tmp_path / "run2" / "triton"))
+    carried = sorted(p.name for p in (tmp_path / "run2" / "triton").rglob("*") if p.is_file())
+    assert carried == ["kernel.cubin"]
+
+
+# A real @triton.autotune call, recorded as an ab run records it, and made again in another
+# process under each config: through Triton's interpreter, on CPU tensors.
+TUNED = """
+import torch, triton, triton.language as tl, sys
+sys.path.insert(0, {here!r})
+from tunedkernel import run
+print(run().tolist())  # what the job's own call computed
+"""
+
+KERNEL = """
+import torch, triton, triton.language as tl
+
+def bench(kernel_call, quantiles=None, **kw):
+    kernel_call()
+    return [1.0, 1.0, 1.0]
+
+def zero_out(nargs):
+    nargs["out"].zero_()
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}, pre_hook=zero_out), triton.Config({"BLOCK": 64})],
+                 key=["n"], do_bench=bench, restore_value=["x"])
+@triton.jit
+def add_two(x, out, n, scale, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(out + i, tl.load(x + i, mask=m) * scale + 2, mask=m)
+
+def run():
+    x = torch.arange(200, dtype=torch.float32)[::2]  # a strided view: its storage and stride recorded
+    out = torch.empty(100)
+    add_two[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, out, 100, 3.0)
+    return out
+"""
+
+MADE_AGAIN = """
+import json, sys, torch
+sys.path.insert(0, {here!r})
+from cleanflush._calls import Call
+call = Call.load({path!r}, torch.device("cpu"))
+x, out = call.args[0], call.args[1]
+results = {{}}
+for label in {labels!r}:
+    out.fill_(-1.0)
+    call.launch(label)()
+    results[label] = [x.stride(), out.tolist() == {expected!r}]
+print(json.dumps(results))
+"""
+
+
+def test_a_real_autotuning_call_is_recorded_and_made_again_under_each_config(tmp_path):
+    (tmp_path / "tunedkernel.py").write_text(KERNEL)
+    env = {
+        "CLEANFLUSH": "1",
+        "CLEANFLUSH_DECISIONS": str(tmp_path / "d.jsonl"),
+        "CLEANFLUSH_AB_CALLS": str(tmp_path),
+        "TRITON_INTERPRET": "1",
+    }
+    child = run_python(TUNED.format(here=str(tmp_path)), env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    found, bad = _ab.read_decisions(str(tmp_path / "d.jsonl"))
+    [made] = [d for d in found if d["kind"] != "calls"]
+    assert not bad and made["call"]["file"] and os.path.exists(tmp_path / made["call"]["file"])
+    labels = sorted(made["timings_ms"])
+    expected = json.loads(child.stdout.splitlines()[-1])
+    path = str(tmp_path / made["call"]["file"])
+    again = run_python(
+        MADE_AGAIN.format(here=str(tmp_path), path=path, labels=labels, expected=expected), {"TRITON_INTERPRET": "1"}
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout) == {label: [[2], True] for label in labels}
+
+
+def test_a_kernel_defined_in_main_is_not_recorded_and_says_why(tmp_path):
+    env = {
+        "CLEANFLUSH": "1",
+        "CLEANFLUSH_DECISIONS": str(tmp_path / "d.jsonl"),
+        "CLEANFLUSH_AB_CALLS": str(tmp_path),
+        "TRITON_INTERPRET": "1",
+    }
+    child = run_python(KERNEL + "\nrun()\n", env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    [made] = [d for d in _ab.read_decisions(str(tmp_path / "d.jsonl"))[0] if d["kind"] != "calls"]
+    assert made["call"] == {
+        "error": "its kernel is defined in __main__ (or nowhere importable): it cannot be made again elsewhere"
+    }
