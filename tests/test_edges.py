@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from cleanflush import _ab
+from cleanflush import _ab, _ab_compare, _ab_report
 
 from .conftest import environ_without_cleanflush
 
@@ -57,24 +57,24 @@ def test_ab_with_its_stdout_closed_still_runs_the_job(tmp_path):
 # status --json: the record alone on stdout, whatever an import prints
 
 
-def test_status_json_is_the_record_alone_though_an_import_prints(monkeypatch, capfd):
-    import importlib
-
+def test_status_json_is_the_record_alone_though_an_import_prints(monkeypatch, capfd, tmp_path):
+    from cleanflush import _registry
     from cleanflush.cli import main, status
 
-    real = importlib.import_module
-
-    def noisy(name, *args):
-        print(f"banner of {name}")  # Python's print
-        os.write(1, b"banner from C\n")  # and below it
-        return real(name, *args)
-
-    monkeypatch.setattr(status.importlib, "import_module", noisy)
-    monkeypatch.setitem(sys.modules, "triton.testing", None)  # not imported yet: probed
-    sys.modules.pop("triton.testing")
-    assert main(["status", "--json"]) == 0
+    (tmp_path / "banner_module.py").write_text(
+        "import os\nprint('banner of a harness')\nos.write(1, b'banner from C\\n')\n"  # Python's print, and below it
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    harness = _registry.Target(
+        "banner", "banner", ("pytest",), ("banner_module",), "x:apply", "x:revert", probe=("banner_module",)
+    )
+    monkeypatch.setattr(status._registry, "TARGETS", (harness,))  # what status imports to probe
+    try:
+        assert main(["status", "--json"]) == 0
+    finally:
+        sys.modules.pop("banner_module", None)
     out, err = capfd.readouterr()
-    assert json.loads(out)["schema"] == 2 and "banner" in err
+    assert json.loads(out)["schema"] == 2 and "banner of a harness" in err and "banner from C" in err
 
 
 # Options that name nothing, or a path that only looks writable
@@ -212,9 +212,9 @@ def test_the_report_quotes_the_command_and_says_which_signal_killed_a_run():
         "run_codes": [{"index": 1, "policy": "write", "code": -9}],
         "skipped_lines": [],
         "not_patched": [],
-        "comparison": _ab.compare([[]], [[]]),
+        "comparison": _ab_compare.compare([[]], [[]]),
     }
-    text = _ab.format_report(result)
+    text = _ab_report.format_report(result)
     assert text.splitlines()[0] == "cleanflush ab: python tune.py --name 'a b' '\\xff'"
     assert "run 1 (write) killed by SIGKILL" in text
     text.encode("utf-8")  # prints on any UTF-8 terminal
