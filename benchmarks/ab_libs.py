@@ -91,14 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args[0]) if args else RESULTS / "h200"
     out.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cleanflush-ab-libs-")
-    jobs = {}
-    for job in JOBS:
+    record: dict[str, Any] = {"study": "ab_libs", "machine": machine(), "runs": RUNS, "jobs": {}}
+    for job in JOBS:  # the record is written after each job: a cut-off run keeps what it finished
         progress(f"ab_libs: {job}")
-        jobs[job] = run_job(job, work)
-        jobs[job]["summary"] = summary(jobs[job])
-        print(json.dumps({job: jobs[job]["summary"]}), flush=True)
-    record = {"study": "ab_libs", "machine": machine(), "runs": RUNS, "jobs": jobs}
-    (out / "ab-libs.json").write_text(json.dumps(record, indent=1) + "\n")
+        found = record["jobs"][job] = run_job(job, work)
+        found["summary"] = summary(found)
+        print("\n".join(found["report"][-25:]), flush=True)
+        print(json.dumps({job: found["summary"]}), flush=True)
+        (out / "ab-libs.json").write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
