@@ -115,3 +115,30 @@ def test_patch_modules_and_the_package_load_without_torch_or_triton():
         """)
     assert child.returncode == 0, child.stderr
     assert json.loads(child.stdout) == [t.module for t in _registry.TARGETS]
+
+
+MAX_LINES = 50  # a function a reader takes in at once; longer ones are steps with names
+MAX_BROAD = 20  # broad excepts, each the only way to keep a user's benchmark or a tool's report alive
+
+
+def long_functions(text: str, limit: int = MAX_LINES) -> list[str]:
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+@reads_the_source
+def test_no_function_is_longer_than_fifty_lines():
+    found = {str(path.relative_to(SRC)): long_functions(path.read_text()) for path in SRC.rglob("*.py")}
+    assert {path: names for path, names in found.items() if names} == {}
+    # the negative control: a function of 51 lines is found
+    assert long_functions("def f():\n" + "    x = 1\n" * 50) == ["f (51 lines)"]
+
+
+@reads_the_source
+def test_broad_excepts_are_few():
+    count = sum(len(BROAD.findall(path.read_text())) for path in SRC.rglob("*.py"))
+    assert 0 < count <= MAX_BROAD
+    assert len(BROAD.findall("try:\n    x()\nexcept Exception:  # why\n    pass\n")) == 1

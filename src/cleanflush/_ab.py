@@ -218,26 +218,37 @@ def run(
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+    result = _record(command, policy, runs, keep, done, prices, min_effect)
+    result.update(interrupted=interrupted, end_to_end=end_to_end, elapsed_s=time.monotonic() - started)
+    if interrupted:
+        return result, 130
+    return result, 1 if any(c["code"] != 0 for c in done.codes) else 0
+
+
+def _record(
+    command: list[str],
+    policy: str,
+    runs: int,
+    keep: str | None,
+    done: _Runs,
+    prices: list[dict[str, Any]] | None,
+    min_effect: float,
+) -> dict[str, Any]:
+    """The record of an ab: what ran, and the comparison of the runs that finished in pairs."""
     compared = done.compared(policy)
-    result: dict[str, Any] = {
+    return {
         "schema": SCHEMA,
         "command": command,
         "policy": policy,
         "runs": runs,
         "runs_compared": compared,
-        "interrupted": interrupted,
         "work_dir": keep,
         "run_codes": done.codes,
         "skipped_lines": done.skipped,
         "not_patched": not_patched(),
         "comparison": compare(done.sides[STOCK][:compared], done.sides[policy][:compared], policy, prices, min_effect),
         "pricing_s": done.pricing_s,
-        "end_to_end": end_to_end,
-        "elapsed_s": time.monotonic() - started,
     }
-    if interrupted:
-        return result, 130
-    return result, 1 if any(c["code"] != 0 for c in done.codes) else 0
 
 
 def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[dict[str, Any]]:
