@@ -8,7 +8,7 @@ rotating CUDA graph, and says for each decision whether ab's class holds by that
 change: every stock pick slower than every clean pick by more than the floor).  The cost:
 the wall time the prices took against the rest of the ab run.
 
-    python -m benchmarks.ab_libs [OUT_DIR]      (needs a GPU, gemlite and liger-kernel)
+    python -m benchmarks.ab_libs [OUT_DIR [JOB ...]]      (needs a GPU, gemlite and liger-kernel)
 """
 
 from __future__ import annotations
@@ -89,10 +89,11 @@ def summary(found: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     out = Path(args[0]) if args else RESULTS / "h200"
+    jobs = args[1:] or JOBS
     out.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cleanflush-ab-libs-")
     record: dict[str, Any] = {"study": "ab_libs", "machine": machine(), "runs": RUNS, "jobs": {}}
-    for job in JOBS:  # the record is written after each job: a cut-off run keeps what it finished
+    for job in jobs:  # the record is written after each job: a cut-off run keeps what it finished
         progress(f"ab_libs: {job}")
         found = record["jobs"][job] = run_job(job, work)
         found["summary"] = summary(found)

@@ -26,8 +26,10 @@ ROUNDS = 7
 MAX_CONFIGS = 64
 
 
-def rotating_us(call: Any, label: str, copies: int = COPIES, rounds: int = ROUNDS) -> float:
-    """us per launch of ``call`` under config ``label``, from a CUDA graph over ``copies`` copies."""
+def rotating_us(call: Any, label: str, copies: int = COPIES, rounds: int = ROUNDS) -> dict[str, float]:
+    """The kernel's own time (us, median over every launch of the replays: CUPTI inside the
+    graph) and the time per launch (the graph's time over its launches, hooks and gaps
+    included) of ``call`` under config ``label``, from a CUDA graph over ``copies`` copies."""
     import torch
 
     made = [call] + [_copy(call) for _ in range(copies - 1)]
@@ -42,14 +44,17 @@ def rotating_us(call: Any, label: str, copies: int = COPIES, rounds: int = ROUND
             for launch in launches:
                 launch()
     times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / copies)
-    return statistics.median(times)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for _ in range(rounds):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / copies)
+    name = call.tuner.base_fn.__name__
+    kernels = [e.time_range.elapsed_us() for e in profile.events() if e.name == name]
+    return {"us": statistics.median(kernels) if kernels else float("nan"), "per_launch_us": statistics.median(times)}
 
 
 def _copy(call: Any) -> Any:
@@ -110,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             call = Call.load(os.path.join(keep, "calls", entry["file"]), device)
             labels = sorted(entry["labels"])[:MAX_CONFIGS]
-            row["truth_us"] = {label: rotating_us(call, label) for label in labels}
+            timed = {label: rotating_us(call, label) for label in labels}
+            row["truth_us"] = {label: t["us"] for label, t in timed.items()}
+            row["per_launch_us"] = {label: t["per_launch_us"] for label, t in timed.items()}
         except Exception as exc:  # a study reports what it could not measure, and goes on
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         row.update(_held_against(judged.get((op, key)), row.get("truth_us"), ab["comparison"]["min_effect"]))
