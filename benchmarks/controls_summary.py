@@ -1,7 +1,7 @@
 """Summarise several `cleanflush verify --controls --json` records (a JSON list of them):
 wrong verdicts, and per flush the tightest margin and the Nsight Compute bytes.
 
-    python -m benchmarks.controls_summary benchmarks/results/h200/verify-controls-x10.json
+    python -m benchmarks.controls_summary benchmarks/results/h200/verify-controls.json
 """
 
 from __future__ import annotations

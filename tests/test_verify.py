@@ -266,7 +266,7 @@ def test_ncu_metrics_come_back_in_bytes_microseconds_and_sectors(tmp_path, monke
             ("0", "nvjet_tst", "dram__bytes_write.sum", "Mbyte", "1.50"),
             ("0", "nvjet_tst", "gpu__time_duration.sum", "usecond", "56.50"),
             ("0", "nvjet_tst", "lts__t_sectors_srcunit_ltcfabric.sum", "Msector", "3.69"),
-            # as ncu printed them on an H200 (benchmarks/results/h200/residual-run1.json)
+            # as ncu printed them on an H200 (benchmarks/results/h200/residual.json, its ncu rows)
             ("1", "splitK_reduce", "dram__bytes_write.sum", "byte", "104,448"),
             ("1", "splitK_reduce", "gpu__time_duration.sum", "ns", "56,512"),
             ("1", "splitK_reduce", "lts__t_sectors_srcunit_ltcfabric.sum", "sector", "3,686,030"),
