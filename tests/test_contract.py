@@ -233,14 +233,23 @@ print(json.dumps({"restored": all(after[k] is stock[k] for k in stock) and bool(
 """
 
 
+def proton_rows():
+    import triton.testing
+
+    names = [n for n in ("do_bench_proton", "do_bench_cudagraph_proton") if hasattr(triton.testing, n)]
+    return ["triton.testing." + " / ".join(names)] if names else []
+
+
 @pytest.mark.parametrize("name", TARGETS)
 def test_a_patch_that_fails_half_way_leaves_the_stock_objects_and_says_why_once(tmp_path, name):
     out, stderr = child(tmp_path, name, FAILING)
     assert out["restored"]
     (site, state, detail), *derived = out["rows"]
     assert (site, state) == (_registry.BY_NAME[name].title, "failed")
-    # rows computed from another target's state stay: Inductor's TritonBenchmarker flushes through triton
-    assert [row[0] for row in derived] == (["TritonBenchmarker.benchmark_gpu"] if name == "inductor" else [])
+    # rows computed from another target's state stay: Inductor's TritonBenchmarker flushes through
+    # triton, and Proton's helpers (triton 3.8+) through triton's driver
+    expected = {"inductor": ["TritonBenchmarker.benchmark_gpu"], "triton": proton_rows()}.get(name, [])
+    assert [row[0] for row in derived] == expected
     assert detail == (f"could not patch {name} (RuntimeError('a layout nobody expected')); its stock flush is kept")
     lines = [line for line in stderr.splitlines() if "cleanflush" in line]
     assert len(lines) == 1 and detail in lines[0] and "warnings are errors" in lines[0], stderr

@@ -24,9 +24,9 @@ def rows():
 
 
 def test_after_uninstall_every_patched_row_says_uninstalled():
-    # rows computed from others (TritonBenchmarker: through the triton driver) are not records
-    computed = ("TritonBenchmarker.benchmark_gpu",)
-    before = {name: row for name, row in rows().items() if row.patched and name not in computed}
+    # rows computed from others (TritonBenchmarker, and Proton's helpers on triton 3.8+: through
+    # the triton driver) are not records
+    before = {name: row for name, row in rows().items() if row.patched and not computed(name)}
     assert NVIDIA in before and "InductorBenchmarker.benchmark_gpu" in before
     cleanflush.uninstall()
     after = rows()
@@ -34,6 +34,12 @@ def test_after_uninstall_every_patched_row_says_uninstalled():
         assert after[name] == cleanflush.TargetStatus(row.name, row.target, row.version, "off", "uninstalled")
     computed_row = after["TritonBenchmarker.benchmark_gpu"]
     assert computed_row.state == "off" and computed_row.detail.endswith("its flush is not patched")
+    for name in filter(computed, after):
+        assert after[name].state == "off" and "not patched" in after[name].detail, after[name]
+
+
+def computed(target):
+    return target == "TritonBenchmarker.benchmark_gpu" or target.endswith("_proton")
 
 
 def test_reverting_one_target_leaves_the_others_rows():

@@ -525,13 +525,16 @@ def test_before_triton_testing_is_imported_the_row_says_when(triton_31, monkeypa
     "names", [("do_bench_proton",), ("do_bench_proton", "do_bench_cudagraph_proton"), ("do_bench_cudagraph_proton",)]
 )
 def test_protons_helpers_have_a_row_of_their_own(monkeypatch, names):
-    """triton 3.8's Proton helpers flush through the driver (the installed triton has none:
-    they are set on its triton.testing here)."""
+    """triton 3.8's Proton helpers flush through the driver (set, or removed, on the installed
+    triton's triton.testing here: triton before 3.8 has none)."""
 
     import triton.testing
 
-    for name in names:
-        monkeypatch.setattr(triton.testing, name, lambda *a, **k: None, raising=False)
+    for name in ("do_bench_proton", "do_bench_cudagraph_proton"):
+        if name in names:
+            monkeypatch.setattr(triton.testing, name, lambda *a, **k: None, raising=False)
+        else:
+            monkeypatch.delattr(triton.testing, name, raising=False)
     row = [r for r in cleanflush.status() if r.target.startswith("triton.testing.")]
     assert row == [
         cleanflush.TargetStatus(
