@@ -1,5 +1,10 @@
 """The mutation score per module, from mutmut's results (run from the project root after
-``mutmut run``):  python tests/mutation/scores.py [--markdown]
+``mutmut run``):  python tests/mutation/scores.py
+
+A uniform sample where a whole run takes too long (docs/development.md has the commands):
+``scores.py sample N SEED MODULE...`` prints N mutant names drawn from those modules (a
+module is a path under src/, a folder taking all below it); after ``mutmut run`` on them,
+``scores.py score FILE`` scores the names in FILE with the Wilson 95% interval.
 
 Detected = killed, or timed out (the mutant hung a test).  Mutants that
 tests/mutation/SURVIVORS.md lists as equivalent (a list item with the mutant's full name in
@@ -10,7 +15,9 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import pathlib
+import random
 import re
 import sys
 
@@ -42,22 +49,67 @@ def equivalent() -> set[str]:
     return names
 
 
+def results() -> dict[str, dict[str, int | None]]:
+    """Each module's mutants (path under src/ -> mutant name -> mutmut's exit code)."""
+    table = {}
+    for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
+        found = json.loads(meta.read_text()).get("exit_code_by_key", {})
+        if found:
+            table[str(meta.relative_to(ROOT / "mutants" / "src"))[: -len(".meta")]] = found
+    return table
+
+
 def scores() -> dict[str, collections.Counter[str]]:
     same = equivalent()
     table: dict[str, collections.Counter[str]] = {}
-    for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
-        results = json.loads(meta.read_text()).get("exit_code_by_key", {})
-        if not results:
-            continue
-        module = str(meta.relative_to(ROOT / "mutants" / "src"))[: -len(".meta")]
+    for module, found in results().items():
         counts: collections.Counter[str] = collections.Counter()
-        for name, code in results.items():
+        for name, code in found.items():
             counts["equivalent" if name in same else STATUS.get(code, "suspicious")] += 1
         table[module] = counts
     return table
 
 
+def sample(n: int, seed: int, modules: list[str]) -> list[str]:
+    names = sorted(
+        name
+        for module, found in results().items()
+        if any(module == m or module.startswith(m.rstrip("/") + "/") for m in modules)
+        for name in found
+    )
+    return random.Random(seed).sample(names, min(n, len(names)))
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    centre = (hits + z * z / 2) / (n + z * z)
+    half = z * math.sqrt(hits * (n - hits) / n + z * z / 4) / (n + z * z)
+    return centre - half, centre + half
+
+
+def score(names: list[str]) -> str:
+    codes = {name: code for found in results().values() for name, code in found.items()}
+    same = equivalent()
+    counts = collections.Counter("equivalent" if n in same else STATUS.get(codes.get(n), "suspicious") for n in names)
+    judged = len(names) - counts["equivalent"] - counts["not checked"]
+    hits = counts["killed"] + counts["timeout"]
+    low, high = wilson(hits, judged) if judged else (0.0, 0.0)
+    survivors = sorted(n for n in names if n not in same and STATUS.get(codes.get(n)) in ("survived", "no tests"))
+    return "\n".join(
+        [
+            f"{len(names)} sampled, {judged} judged: {hits / judged if judged else 0:.1%} "
+            f"(Wilson 95%: {low:.1%}-{high:.1%}); " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+            *survivors,
+        ]
+    )
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["sample"]:
+        print("\n".join(sample(int(argv[1]), int(argv[2]), argv[3:])))
+        return
+    if argv[:1] == ["score"]:
+        print(score(pathlib.Path(argv[1]).read_text().split()))
+        return
     rows = [
         "| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
         "|---|---|---|---|---|---|---|---|",
