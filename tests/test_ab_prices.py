@@ -75,6 +75,23 @@ def test_a_side_whose_own_picks_differ_by_price_is_unstable():
     assert (d["class"], d["unstable_side"]) == ("unstable", "write-read")
 
 
+def test_an_unstable_decision_shows_each_sides_prices_and_a_stock_runs_cost_on_average():
+    # one stock run in three picks a config 3.9x slower: not a change (the others picked the
+    # clean pick), but its cost is said with the decision, not hidden behind "unstable"
+    stock = [[decision(p, TIMED)] for p in "aca"]
+    clean = [[decision("a", TIMED)] for _ in range(3)]
+    cmp = _ab_compare.compare(stock, clean, "write-read", priced({"a": price(9.40), "c": price(36.9)}))
+    [d] = cmp["decisions"]
+    assert d["class"] == "unstable" and d["mean_ratio"] == pytest.approx((9.40 * 2 + 36.9) / 3 / 9.40)
+    lines = _ab_report.format_report(record(cmp)).splitlines()
+    assert "    stock picks 9.40-36.90 us, write-read picks 9.40 us; a stock run's pick +97.5% on average" in lines
+    # picks that print alike are one price, not a range
+    cmp = _ab_compare.compare(stock, clean, "write-read", priced({"a": price(9.401), "c": price(9.399)}))
+    assert "    stock picks 9.40 us, write-read picks 9.40 us; a stock run's pick -0.0% on average" in (
+        _ab_report.format_report(record(cmp)).splitlines()
+    )
+
+
 def test_clean_picks_slower_than_the_stock_ones_are_said_so():
     d = compare(["a"] * 2, ["c"] * 2, priced({"a": price(10.0), "c": price(12.0)}))
     assert d["class"] == "clean slower" and not d["changed"]

@@ -306,6 +306,11 @@ def _decision(
         record["cost"] = record["ratio"] - 1
         record["cost_low"] = s_price["low"] / c_price["high"] - 1
         record["cost_high"] = s_price["high"] / c_price["low"] - 1
+        # a run's pick, each run counted: what tuning under the stock flush costs on average
+        # where the runs of a side disagree, which the modal picks above cannot show
+        record["mean_ratio"] = statistics.fmean(prices[w]["us"] for w in s_win) / statistics.fmean(
+            prices[w]["us"] for w in c_win
+        )
     elif found["cost"] is not None:
         record["ratio"] = 1 + found["cost"]
     return record

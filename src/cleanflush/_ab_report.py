@@ -71,7 +71,8 @@ def _decisions_lines(cmp: dict[str, Any], policy: str, runs: int) -> list[str]:
         if found:
             floor = f" (under the {cmp['min_effect']:.0%} floor)" if cls == NEGLIGIBLE else ""
             lines.append(f"{cls}{floor}: {len(found)}")
-            lines += [f"{_decision_line(d)}: {d['reason']}" for d in found]
+            for d in found:
+                lines += [f"{_decision_line(d)}: {d['reason']}", *_price_range(d, policy)]
     return [*lines, f"unchanged: {cmp['classes'][UNCHANGED]}"]
 
 
@@ -115,14 +116,37 @@ def _priced_picks(d: dict[str, Any], side: str, winners: list[str]) -> list[str]
     return lines
 
 
+def _price_range(d: dict[str, Any], policy: str) -> list[str]:
+    """A priced decision outside the headline: each side's picks by price, and what a stock
+    run's pick costs on average (one bad pick in three runs is unstable, not changed)."""
+    if "prices_us" not in d:
+        return []
+    spans = []
+    for side, winners in (("stock", d["stock_winners"]), (policy, d["clean_winners"])):
+        low, high = (f"{f(d['prices_us'][w]['us'] for w in winners):.2f}" for f in (min, max))
+        spans.append(f"{side} picks {low}-{high} us" if high != low else f"{side} picks {low} us")
+    return [f"    {', '.join(spans)}; a stock run's pick {d['mean_ratio'] - 1:+.1%} on average"]
+
+
 def _clean_timed_picks(d: dict[str, Any], policy: str) -> list[str]:
     """A change found by the clean runs' own timing (no price): each stock pick's cost there."""
     lines = []
     for p in d["stock_picks"]:
         runs = "" if p["runs"] == len(d["stock_winners"]) else f" in {p['runs']} of {len(d['stock_winners'])} runs"
         spread = "" if p["cost_low"] == p["cost_high"] else f" (runs: {p['cost_low']:+.1%} .. {p['cost_high']:+.1%})"
-        lines.append(f"    stock picked {short(p['pick'])}{runs}: {p['cost']:+.1%} slower by the clean timing{spread}")
-    return [*lines, f"    {policy} picked {short(d['clean_winner'])}", f"    not priced: {d['not_priced']}"]
+        lines.append(
+            f"    stock picked {short(p['pick'])}{runs}: {p['cost']:+.1%} slower by the clean timing{spread}"
+            + _clean_us(d, p["pick"])
+        )
+    winner = f"    {policy} picked {short(d['clean_winner'])}{_clean_us(d, d['clean_winner'])}"
+    return [*lines, winner, f"    not priced: {d['not_priced']}"]
+
+
+def _clean_us(d: dict[str, Any], pick: str) -> str:
+    """A pick's time in the clean runs' own timing (median), so a large ratio of a tiny kernel
+    reads as the few microseconds it is."""
+    timed = d["timings_ms"].get(pick)
+    return f", {timed['clean'] * 1e3:.2f} us" if timed else ""
 
 
 def short(label: str, width: int = 90) -> str:
