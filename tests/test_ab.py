@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -885,3 +886,87 @@ def test_a_job_with_no_compiled_program_is_told_why_nothing_is_timed_end_to_end(
     assert (
         "end to end: no run compiled an Inductor program (Triton @autotune decisions are priced above)"
     ) in report.splitlines()
+
+
+def test_progress_says_how_long_is_left_from_the_second_run_on(capsys):
+    started = time.monotonic() - 60.2
+    _ab._say_progress(1, 4, "write", started)
+    _ab._say_progress(2, 4, "write-read", started)
+    assert capsys.readouterr().err.splitlines() == [
+        "cleanflush ab: run 1 of 4: write (1m00s elapsed)",
+        "cleanflush ab: run 2 of 4: write-read (1m00s elapsed, about 3m00s left)",
+    ]
+
+
+def test_every_run_records_its_calls_in_one_folder_beside_the_runs(tmp_path):
+    a = _ab.run_env({}, "write", str(tmp_path / "run1-write"))
+    b = _ab.run_env({}, "write-read", str(tmp_path / "run2-write-read"))
+    assert a["CLEANFLUSH_AB_CALLS"] == b["CLEANFLUSH_AB_CALLS"] == str(tmp_path / "calls")
+    assert (tmp_path / "calls").is_dir()
+
+
+def test_a_kept_folder_starts_without_another_abs_calls(tmp_path):
+    (tmp_path / "calls").mkdir()
+    (tmp_path / "calls" / "old.pt").write_bytes(b"another ab's call")
+    result, code = _ab.run([sys.executable, "-c", "pass"], runs=1, keep=str(tmp_path))
+    assert code == 0 and result["runs_compared"] == 1
+    assert not (tmp_path / "calls" / "old.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "verdict, said",
+    [
+        ("faster", "faster, beyond the noise"),
+        ("slower", "slower, beyond the noise"),
+        ("within noise", "within the noise"),
+        ("unknown", "one run a side: the noise is unknown"),
+    ],
+)
+def test_the_end_to_end_verdict_is_said_in_words(verdict, said):
+    graph = {
+        "name": "graph 1",
+        "ratio": {"median": 0.9, "q1": 0.89, "q3": 0.91},
+        "same_side": {"write": None, "write-read": None},
+        "verdict": verdict,
+        "ms": {"write": 0.9, "write-read": 1.0},
+    }
+    lines = _ab_report._end_to_end_lines({"graphs": [graph], "problems": []}, "write-read")
+    assert lines[1] == f"  graph 1: -10.0% (q1 -11.0%, q3 -9.0%), 0.900 ms against 1.000 ms: {said}"
+
+
+# Inductor's output code, as tests/test_ab_programs.py's stand-in has it, that says something
+PROGRAM = """
+import os, sys, torch
+{at_import}
+def call(args):
+    return args
+
+def get_args():
+    return [torch.zeros(4)]
+
+def benchmark_compiled_module(args, times=10, repeat=10):
+    pass
+"""
+
+
+def programs_of(tmp_path, at_import):
+    folders = []
+    for index, side in enumerate(("write", "write-read"), 1):
+        folder = tmp_path / f"run{index}-{side}"
+        (folder / "inductor").mkdir(parents=True)
+        (folder / "inductor" / "p.py").write_text(PROGRAM.format(at_import=at_import))
+        folders.append((side, str(folder)))
+    return folders
+
+
+def test_the_end_to_end_timing_keeps_what_programs_print_off_the_reports_stdout(tmp_path, capfd):
+    folders = programs_of(tmp_path, "print('a program says')")
+    record = _ab._time_programs(environ_without_cleanflush(), str(tmp_path), folders, "write-read")
+    assert len(record["graphs"]) == 1 and record["problems"] == []
+    assert "a program says" not in capfd.readouterr().out
+
+
+def test_a_timing_process_that_dies_saying_bytes_that_are_no_text_is_named(tmp_path):
+    folders = programs_of(tmp_path, "os.write(2, b'died \\xff here\\n'); os._exit(3)")
+    record = _ab._time_programs(environ_without_cleanflush(), str(tmp_path), folders, "write-read")
+    assert record == {"graphs": [], "problems": ["the timing process failed (exit 3): died \ufffd here"]}

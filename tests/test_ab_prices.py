@@ -9,7 +9,7 @@ import pytest
 
 from cleanflush import _ab, _ab_compare, _ab_report
 
-from .conftest import run_python
+from .conftest import environ_without_cleanflush, run_python
 
 
 def decision(winner, timings, key="1", op="lib.gemv", call=None):
@@ -95,6 +95,55 @@ def test_an_unstable_decision_shows_each_sides_prices_and_a_stock_runs_cost_on_a
 def test_clean_picks_slower_than_the_stock_ones_are_said_so():
     d = compare(["a"] * 2, ["c"] * 2, priced({"a": price(10.0), "c": price(12.0)}))
     assert d["class"] == "clean slower" and not d["changed"]
+    assert d["reason"] == "every write-read pick is +20.0% or more slower than every stock pick by its price"
+    assert d["gap"] == pytest.approx(-0.2)
+
+
+def test_a_change_says_its_gap_and_that_it_is_beyond_the_floor():
+    d = compare(["c"] * 2, ["a"] * 2, priced({"a": price(10.0), "c": price(12.5)}))
+    assert d["gap"] == pytest.approx(0.25)
+    assert d["reason"] == (
+        "every stock pick is +25.0% or more slower than every write-read pick by its price, "
+        "beyond the noise of 0.4%, beyond the floor"
+    )
+
+
+def test_a_gap_exactly_at_the_floor_is_not_beyond_it():
+    d = compare(["c"] * 2, ["a"] * 2, priced({"a": price(10.0), "c": price(12.5)}), min_effect=0.25)
+    assert d["class"] == "negligible"  # 12.5 / 10 - 1 is 0.25 exactly
+
+
+def test_both_sides_apart_by_price_are_named_both():
+    prices = priced({"a": price(10.0), "b": price(12.0), "c": price(11.0), "d": price(13.0)})
+    d = compare(["a", "b"], ["c", "d"], prices)
+    assert (d["class"], d["unstable_side"]) == ("unstable", "both")
+    assert d["reason"] == "the write and the write-read runs' own picks differ by their price beyond the noise of 0.4%"
+
+
+def test_a_clean_timing_of_zero_is_no_choice_to_compare():
+    zero = {"a": 0.0, "b": 0.011}  # a choice a run timed at 0 ms: no ratio to take
+    stock = [[decision("b", zero)] for _ in range(2)]
+    clean = [[decision("b", zero)] for _ in range(2)]
+    [d] = _ab_compare.compare(stock, clean, "write-read")["decisions"]
+    assert list(d["timings_ms"]) == ["b"] and d["choices"] == 1
+
+
+def test_the_report_says_which_classes_are_under_the_floor_and_the_kinds_of_decision():
+    stock = [[decision("c", TIMED, key="small"), decision("b", TIMED, key="wander")] for _ in "ab"]
+    stock[1][1] = decision("a", TIMED, key="wander")
+    clean = [[decision("a", TIMED, key="small"), decision("a", TIMED, key="wander")] for _ in "ab"]
+    prices = [
+        *priced({"a": price(10.0, 0.001), "c": price(10.3, 0.001)}, key="small"),
+        *priced({"a": price(10.0), "b": price(12.0)}, key="wander"),
+    ]
+    cmp = _ab_compare.compare(stock, clean, "write-read", prices, 0.05)
+    lines = _ab_report.format_report(record(cmp)).splitlines()
+    assert "negligible (under the 5% floor): 1" in lines
+    assert "unstable: 1" in lines
+    assert lines[3] == (
+        "autotuning decisions matched in both: 2 (Triton autotuner 2, Inductor max-autotune 0, "
+        "Inductor kernel configs 0); priced independently: 2"
+    )
 
 
 def test_a_decision_without_a_price_is_judged_by_the_clean_timing_and_says_why():
@@ -182,12 +231,13 @@ def test_a_decisions_file_line_that_counts_calls_is_read_and_checked():
         "op": "k",
         "counts": {"(1,)": 3},
     }
-    for bad in (
-        '{"kind": "calls", "op": "k", "counts": {"(1,)": -1}}',
-        '{"kind": "calls", "counts": {}}',
-        '{"kind": "calls", "op": "k", "counts": {"(1,)": true}}',
+    out_of_range = "a calls line whose counts are not whole numbers in range"
+    for bad, why in (
+        ('{"kind": "calls", "op": "k", "counts": {"(1,)": -1}}', out_of_range),
+        ('{"kind": "calls", "counts": {}}', "a calls line without its op or counts"),
+        ('{"kind": "calls", "op": "k", "counts": {"(1,)": true}}', out_of_range),
     ):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"^{why}$"):
             _ab.decision(bad)
 
 
@@ -200,6 +250,11 @@ def test_compiled_kernels_are_carried_to_the_next_run_but_never_tuning_results(t
     _ab._carry_compiled(str(tmp_path / "compiled"), str(tmp_path / "run2" / "triton"))
     carried = sorted(p.name for p in (tmp_path / "run2" / "triton").rglob("*") if p.is_file())
     assert carried == ["kernel.cubin"]
+    # the next run's kernels join those already carried
+    (tmp_path / "run2" / "triton" / "def456").mkdir()
+    (tmp_path / "run2" / "triton" / "def456" / "other.cubin").write_bytes(b"\x7fELF")
+    _ab._carry_compiled(str(tmp_path / "run2" / "triton"), str(tmp_path / "compiled"))
+    assert sorted(p.name for p in (tmp_path / "compiled").rglob("*.cubin")) == ["kernel.cubin", "other.cubin"]
 
 
 # A real @triton.autotune call, recorded as an ab run records it, and made again in another
@@ -287,3 +342,21 @@ def test_a_kernel_defined_in_main_is_not_recorded_and_says_why(tmp_path):
     assert made["call"] == {
         "error": "its kernel is defined in __main__ (or nowhere importable): it cannot be made again elsewhere"
     }
+
+
+def test_the_prices_are_made_in_a_process_of_their_own_in_the_work_folder(tmp_path, monkeypatch, capsys):
+    # the real pricing process, on a machine without CUDA: it fails, and every decision says so
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    work = tmp_path / "work"
+    done = _ab._Runs({"write": [[decision("c", TIMED)]] * 2, "write-read": [[decision("a", TIMED)]] * 2})
+    priced_now = _ab._price(environ_without_cleanflush(), str(work), done, "write-read")
+    assert priced_now == [{"key": ["triton", "lib.gemv", "1"], "error": "the pricing process failed (exit 1)"}]
+    said = capsys.readouterr()
+    assert "cleanflush ab: pricing the picks of 1 decision(s), side by side\n" in said.err
+    assert "pricing" not in said.out  # stdout is the report's and the job's
+    spec = json.loads((work / "prices" / "spec.json").read_text())
+    assert spec["calls_folder"] == str(work / "calls") and spec["decisions"][0]["candidates"] == ["a", "c"]
+    assert not (tmp_path / "elsewhere" / "prices").exists()
+    assert done.pricing_s > 0
+    assert _ab._record(["x"], "write-read", 2, None, done, priced_now, 0.02)["pricing_s"] == done.pricing_s

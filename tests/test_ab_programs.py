@@ -5,6 +5,7 @@ import json
 import random
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -427,3 +428,28 @@ def test_find_lists_the_programs_in_the_order_they_were_written(tmp_path):
     (tmp_path / "other.py").write_text("print('not a program')\n")
     (tmp_path / "latin1.py").write_bytes(b"# caf\xe9: not UTF-8, not a program\n")  # read past, not raised on
     assert programs.find(str(tmp_path)) == paths
+
+
+class _Program:
+    """A compiled program's benchmark entry as Inductor writes it (``get_args``, ``call``),
+    counting its calls; each takes ``seconds``."""
+
+    def __init__(self, seconds):
+        self.seconds, self.calls = seconds, 0
+
+    def get_args(self):
+        return []
+
+    def call(self, args):
+        self.calls += 1
+        if self.seconds:
+            time.sleep(self.seconds)
+
+
+def test_each_sample_is_as_many_calls_as_fill_the_sample_time_and_at_most_ten_thousand():
+    slow = _Program(0.001)
+    programs._time_graph([{"module": slow, "cuda": False}], reps=2, sample_s=0.05)
+    assert slow.calls - 6 >= 2 * 20  # 3 to warm, 3 to estimate, then 2 samples of about 50 calls
+    fast = _Program(0)
+    programs._time_graph([{"module": fast, "cuda": False}], reps=1, sample_s=0.05)
+    assert fast.calls == 6 + 10_000

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -52,6 +53,24 @@ def test_ab_with_its_stdout_closed_still_runs_the_job(tmp_path):
     out = cli(["ab", "--runs", "1", "--", sys.executable, "-c", job], close_stdout=True)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert (tmp_path / "ran").read_text() == "xx"  # stock and clean
+    # the job's own output had nowhere to go: it does not turn up on stderr instead
+    out = cli(["ab", "--runs", "1", "--", sys.executable, "-c", "print('the job says')"], close_stdout=True)
+    assert out.returncode == 0 and "the job says" not in out.stderr, out.stderr
+
+
+def test_ab_with_json_on_stdout_and_stderr_closed_keeps_stdout_the_record():
+    job = [sys.executable, "-c", "print('the job says')"]
+    out = subprocess.run(
+        [sys.executable, "-m", "cleanflush", "ab", "--runs", "1", "--json", "--", *job],
+        env=environ_without_cleanflush(),
+        capture_output=False,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.close(2),
+    )
+    assert out.returncode == 0
+    assert json.loads(out.stdout)["runs"] == 1  # the record alone: the job's output is not in it
 
 
 # status --json: the record alone on stdout, whatever an import prints
@@ -118,6 +137,7 @@ def test_a_record_that_cannot_be_written_at_the_end_is_kept_and_said(tmp_path, m
     err = capsys.readouterr().err
     assert "could not write --json" in err and "No space left on device" in err
     elsewhere = err.strip().rsplit("the record is in ", 1)[1]
+    assert elsewhere.endswith(".json") and os.path.dirname(elsewhere) == tempfile.gettempdir()
     with open(elsewhere) as f:
         assert json.load(f) == {"a": None, "b": [1.0, None]}  # always JSON
     os.unlink(elsewhere)
@@ -131,6 +151,12 @@ def test_ab_refuses_a_keep_folder_with_a_file_where_a_run_goes(tmp_path):
     out = cli(["ab", "--keep", str(tmp_path), "--", sys.executable, "-c", "pass"])
     assert usage_error(out) and "holds a file where run 1's folder goes" in out.stderr
     assert (tmp_path / "run1-write").read_text() == "mine"
+
+
+def test_ab_refuses_a_file_where_its_last_run_goes(tmp_path):
+    (tmp_path / "run2-write-read").write_text("mine")
+    out = cli(["ab", "--runs", "1", "--keep", str(tmp_path), "--", sys.executable, "-c", "pass"])
+    assert usage_error(out) and "holds a file where run 2's folder goes" in out.stderr
 
 
 def test_a_second_ab_on_the_same_keep_folder_refuses(tmp_path):
@@ -168,7 +194,11 @@ def test_ab_refuses_a_figure_matplotlib_cannot_write_before_any_run(tmp_path):
     pytest.importorskip("matplotlib")
     job = f"open({str(tmp_path / 'ran')!r}, 'a').write('x')"
     out = cli(["ab", "--figure", str(tmp_path / "f.xyz"), "--", sys.executable, "-c", job])
-    assert usage_error(out) and "matplotlib writes" in out.stderr and "not xyz" in out.stderr
+    assert usage_error(out) and "not xyz" in out.stderr
+    from matplotlib.figure import Figure
+
+    kinds = ", ".join(sorted(Figure().canvas.get_supported_filetypes()))  # matplotlib's own list
+    assert f"matplotlib writes {kinds}, not xyz" in out.stderr
     assert not (tmp_path / "ran").exists()
 
 
@@ -230,7 +260,11 @@ def test_ab_says_its_clean_side_is_not_patched_where_the_disable_variable_names_
 
 def test_run_keeps_off_what_the_shell_switched_off():
     out = cli(["run", "--", sys.executable, "-c", "import os; print(os.environ['CLEANFLUSH'])"], {"CLEANFLUSH": "0"})
-    assert out.stdout.strip() == "0" and "off for" in out.stderr
+    assert out.stdout.strip() == "0"
+    program = sys.executable
+    assert out.stderr.splitlines() == [
+        f"cleanflush run: CLEANFLUSH=0 is off for {program} and its children too (unset it to run with a policy)"
+    ]
 
 
 def test_run_says_the_policy_the_child_gets_where_the_shells_value_is_not_one():

@@ -9,6 +9,7 @@ on stderr); with a path, the record written there.  Paths are checked before any
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import cleanflush
@@ -36,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if sys.stderr is None:  # closed (`2>&-`): print(file=None) would put the messages on stdout
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process's life)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

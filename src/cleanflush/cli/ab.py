@@ -143,9 +143,9 @@ def _job_stdout(json_path: str | None) -> int:
     the JSON); where that stream was replaced by one without a descriptor (``main`` called
     in a process that captures its output), the process's own 2 or 1; where that is closed
     (``>&-``), nowhere (the job still runs)."""
-    stream = text_stream(json_path)
+    stream = text_stream(json_path)  # None only for a closed stdout: main replaces a closed stderr
     try:
-        fd = int(stream.fileno()) if stream is not None else (2 if json_path == "-" else 1)
+        fd = int(stream.fileno()) if stream is not None else 1
     except (OSError, ValueError):  # io.UnsupportedOperation is both
         fd = 2 if json_path == "-" else 1
     try:
