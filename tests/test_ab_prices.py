@@ -360,3 +360,21 @@ def test_the_prices_are_made_in_a_process_of_their_own_in_the_work_folder(tmp_pa
     assert not (tmp_path / "elsewhere" / "prices").exists()
     assert done.pricing_s > 0
     assert _ab._record(["x"], "write-read", 2, None, done, priced_now, 0.02)["pricing_s"] == done.pricing_s
+
+
+@pytest.mark.parametrize("text, fraction", [("2", 0.02), ("0.5", 0.005), (" 2% ", 0.02), ("0", 0.0), ("100", 1.0)])
+def test_the_floor_option_takes_a_percentage(text, fraction):
+    from cleanflush.cli import ab
+
+    assert ab.percent(text) == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize("text", ["-1", "100.5", "nan", "inf", "1e1", "¹", "2 %%", "", "0x10", "1_0"])
+def test_the_floor_option_refuses_what_is_no_percentage_and_names_the_form(text):
+    import argparse
+
+    from cleanflush.cli import ab
+
+    named = r"^expected a percentage from 0 to 100, e\.g\. 2 or 0\.5; got "
+    with pytest.raises(argparse.ArgumentTypeError, match=named):
+        ab.percent(text)

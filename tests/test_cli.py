@@ -1,7 +1,9 @@
 """The command line in fresh processes: status, run, exit codes, --json, -OO."""
 
+import argparse
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -451,3 +453,48 @@ def test_status_check_passes_for_an_installed_harness_patched_when_imported():
     assert out.returncode == 0, out.stdout
     rows = [line for line in out.stdout.splitlines() if line.startswith(("flashinfer.", "tilelang."))]
     assert rows and all(" pending " in row for row in rows)
+
+
+def _commands():
+    """Each command's own parser, by name, as ``cleanflush COMMAND --help`` prints it."""
+    from cleanflush.cli import build_parser
+
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    for name, parser in _commands().items():
+        for action in parser._actions:
+            assert action.help, (name, action.option_strings)  # a bare flag in --help tells nothing
+
+
+def test_verify_help_states_its_default_dtype_and_names_every_preset():
+    from cleanflush._verify.measure import PRESETS
+
+    options = {o: a for a in _commands()["verify"]._actions for o in a.option_strings}
+    assert options["--dtype"].help == f"(default {options['--dtype'].default})"
+    assert options["--preset"].help.startswith("a named set of shapes: ")
+    assert all(f"{name}: " in options["--preset"].help for name in PRESETS)
+
+
+def test_run_help_says_the_children_are_patched_and_its_own_exit_codes():
+    run = _commands()["run"]
+    assert run.epilog.endswith("2 usage error, 126 COMMAND cannot be run, 127 COMMAND not found")
+    assert "every Python process it starts is patched from its first import of torch or triton." in run.description
+
+
+def test_the_command_reference_says_what_each_commands_help_says():
+    """docs/cli.md, written from the commands' help, and the commands have not drifted apart."""
+    page = (pathlib.Path(__file__).parents[1] / "docs" / "cli.md").read_text()
+    for name, parser in _commands().items():
+        section = page.split(f"## `cleanflush {name}`\n", 1)[1].split("\n## ", 1)[0]
+        assert (parser.usage is None) == ("```" not in section), name
+        if parser.usage:
+            assert f"```\n{parser.usage}\n```" in section
+        assert (parser.description or "") in section and section.rstrip().endswith(parser.epilog)
+        for action in parser._actions:
+            if action.option_strings and "-h" not in action.option_strings and action.help != argparse.SUPPRESS:
+                option = ", ".join(action.option_strings) + (f" {action.metavar}" if action.metavar else "")
+                said = action.help % {"default": action.default} if "%" in action.help else action.help
+                assert f"| `{option}` | {said} |" in section, (name, option)

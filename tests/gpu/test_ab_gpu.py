@@ -1,6 +1,8 @@
 """On a CUDA GPU: ab's end-to-end timer knows a CUDA program for one and times it with CUDA
 events (a host clock would time only the launches).  Run: pytest -m gpu"""
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -45,7 +47,7 @@ def test_cuda_programs_are_timed_by_the_gpu(tmp_path):
     assert 0.1 < graph["ms"]["write-read"] < 5.0  # a million cycles at 0.2-10 GHz, as the GPU ran them
 
 
-def test_a_recorded_call_is_made_again_and_priced_per_config(tmp_path, monkeypatch):
+def test_a_recorded_call_is_made_again_and_priced_per_config(tmp_path, monkeypatch, capfd):
     """What an ab run records of a real @triton.autotune call, made again in this process:
     each config gives the kernel's own result, and the small block (256 elements a program, one
     warp) is priced above the large one (4096, eight warps) on a 256 MiB input (an H200 streams
@@ -56,7 +58,8 @@ def test_a_recorded_call_is_made_again_and_priced_per_config(tmp_path, monkeypat
     from .kernels import stream_add
 
     monkeypatch.setenv("CLEANFLUSH_DECISIONS", str(tmp_path / "decisions.jsonl"))
-    monkeypatch.setenv("CLEANFLUSH_AB_CALLS", str(tmp_path))
+    (tmp_path / "calls").mkdir()  # where ab's runs record them (ab makes it)
+    monkeypatch.setenv("CLEANFLUSH_AB_CALLS", str(tmp_path / "calls"))
     cleanflush.uninstall()
     cleanflush.install()  # records decisions from the autotuner now
     x = torch.randn(64 << 20, device="cuda")
@@ -66,14 +69,27 @@ def test_a_recorded_call_is_made_again_and_priced_per_config(tmp_path, monkeypat
     [decision], bad = _ab.read_decisions(str(tmp_path / "decisions.jsonl"))
     assert not bad and decision["call"]["file"]
     labels = sorted(decision["timings_ms"])
-    call = _calls.Call.load(str(tmp_path / decision["call"]["file"]), torch.device("cuda", 0))
+    call = _calls.Call.load(str(tmp_path / "calls" / decision["call"]["file"]), torch.device("cuda", 0))
     for label in labels:  # made again under each config: the kernel's own result
         call.args[1].fill_(-7.0)
         call.launch(label)()
         torch.cuda.synchronize()
         assert torch.equal(call.args[1], call.args[0] + 1.0), label
     read = torch.ones(64 << 20, device="cuda")
-    priced = _ab_prices.price_one(str(tmp_path / decision["call"]["file"]), labels, read, rounds=3, calls=5)
+    priced = _ab_prices.price_one(str(tmp_path / "calls" / decision["call"]["file"]), labels, read, rounds=3, calls=5)
     small, large = (priced["prices"][label]["us"] for label in labels)  # "BLOCK: 256", "BLOCK: 4096"
     assert "BLOCK: 256" in labels[0] and small > 1.1 * large > 0, priced
     assert priced["kernel"] == "stream_add" and all(len(p["rounds"]) == 3 for p in priced["prices"].values())
+
+    # the same, as ab prices it: its pricing process, every decision the runs picked differently
+    gone = {**decision, "key": "gone", "call": {"file": "gone.pt"}}  # its record lost
+    stock = [[{**decision, "winner": labels[0]}, {**gone, "winner": labels[0]}]] * 2
+    clean = [[{**decision, "winner": labels[1]}, {**gone, "winner": labels[1]}]] * 2
+    done = _ab._Runs({"write": stock, "write-read": clean})
+    found, gone = _ab._price(dict(os.environ), str(tmp_path), done, "write-read")
+    assert (found["rounds"], found["calls"], found["kernel"]) == (_ab_prices.ROUNDS, _ab_prices.CALLS, "stream_add")
+    small, large = (found["prices"][label]["us"] for label in labels)
+    assert small > 1.1 * large > 0 and all(p["low"] <= p["us"] <= p["high"] for p in found["prices"].values())
+    assert gone["error"].startswith("FileNotFoundError: ") and "prices" not in gone  # said, and the other priced
+    assert done.pricing_s > 0
+    assert "cleanflush ab: priced 2 of 2 (" in capfd.readouterr().err
