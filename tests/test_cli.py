@@ -487,8 +487,13 @@ def test_run_help_says_the_children_are_patched_and_its_own_exit_codes():
 def test_the_command_reference_says_what_each_commands_help_says():
     """docs/cli.md, written from the commands' help, and the commands have not drifted apart."""
     page = (pathlib.Path(__file__).parents[1] / "docs" / "cli.md").read_text()
+    from cleanflush.cli import build_parser
+
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    summaries = {a.dest: a.help for a in sub._choices_actions}  # the lines of `cleanflush --help`
     for name, parser in _commands().items():
         section = page.split(f"## `cleanflush {name}`\n", 1)[1].split("\n## ", 1)[0]
+        assert section.startswith(f"\nIn `cleanflush --help`: {summaries[name]}.\n"), name
         assert (parser.usage is None) == ("```" not in section), name
         if parser.usage:
             assert f"```\n{parser.usage}\n```" in section
