@@ -934,27 +934,17 @@ def test_the_end_to_end_verdict_is_said_in_words(verdict, said):
     assert lines[1] == f"  graph 1: -10.0% (q1 -11.0%, q3 -9.0%), 0.900 ms against 1.000 ms: {said}"
 
 
-# Inductor's output code, as tests/test_ab_programs.py's stand-in has it, that says something
-PROGRAM = """
-import os, sys, torch
-{at_import}
-def call(args):
-    return args
-
-def get_args():
-    return [torch.zeros(4)]
-
-def benchmark_compiled_module(args, times=10, repeat=10):
-    pass
-"""
-
-
 def programs_of(tmp_path, at_import):
+    """A compiled program in each side's run folder (tests/test_ab_programs.py's stand-in of
+    Inductor's output code) that runs ``at_import`` when the timing process loads it."""
+    from .test_ab_programs import program
+
     folders = []
     for index, side in enumerate(("write", "write-read"), 1):
         folder = tmp_path / f"run{index}-{side}"
-        (folder / "inductor").mkdir(parents=True)
-        (folder / "inductor" / "p.py").write_text(PROGRAM.format(at_import=at_import))
+        path = folder / "inductor" / "p.py"
+        program(folder / "inductor", "p.py", 0)
+        path.write_text(f"import os\n{at_import}\n{path.read_text()}")
         folders.append((side, str(folder)))
     return folders
 

@@ -455,12 +455,17 @@ def test_status_check_passes_for_an_installed_harness_patched_when_imported():
     assert rows and all(" pending " in row for row in rows)
 
 
-def _commands():
-    """Each command's own parser, by name, as ``cleanflush COMMAND --help`` prints it."""
+def _subcommands():
+    """The commands of ``cleanflush``: ``.choices`` each one's own parser by name (what
+    ``cleanflush COMMAND --help`` prints), ``._choices_actions`` their lines in ``--help``."""
     from cleanflush.cli import build_parser
 
     [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    return sub.choices
+    return sub
+
+
+def _commands():
+    return _subcommands().choices
 
 
 def test_every_option_of_every_command_says_what_it_does():
@@ -487,11 +492,9 @@ def test_run_help_says_the_children_are_patched_and_its_own_exit_codes():
 def test_the_command_reference_says_what_each_commands_help_says():
     """docs/cli.md, written from the commands' help, and the commands have not drifted apart."""
     page = (pathlib.Path(__file__).parents[1] / "docs" / "cli.md").read_text()
-    from cleanflush.cli import build_parser
-
-    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    sub = _subcommands()
     summaries = {a.dest: a.help for a in sub._choices_actions}  # the lines of `cleanflush --help`
-    for name, parser in _commands().items():
+    for name, parser in sub.choices.items():
         section = page.split(f"## `cleanflush {name}`\n", 1)[1].split("\n## ", 1)[0]
         assert section.startswith(f"\nIn `cleanflush --help`: {summaries[name]}.\n"), name
         assert (parser.usage is None) == ("```" not in section), name

@@ -19,18 +19,20 @@ from .conftest import environ_without_cleanflush
 pytest.importorskip("triton")
 
 
-def cli(args, env=None, cwd=None, close_stdout=False):
+def cli(args, env=None, cwd=None, close_stdout=False, close_stderr=False):
+    """``cleanflush ARGS``, its streams captured, or closed (``>&-``, ``2>&-``) as asked."""
     child_env = environ_without_cleanflush()
     child_env.update(env or {})
+    closed = [fd for fd, close in ((1, close_stdout), (2, close_stderr)) if close]
     return subprocess.run(
         [sys.executable, "-m", "cleanflush", *args],
         env=child_env,
         cwd=cwd,
-        capture_output=not close_stdout,
-        stderr=subprocess.PIPE if close_stdout else None,
+        stdout=None if close_stdout else subprocess.PIPE,
+        stderr=None if close_stderr else subprocess.PIPE,
         text=True,
         timeout=300,
-        preexec_fn=(lambda: os.close(1)) if close_stdout else None,
+        preexec_fn=(lambda: [os.close(fd) for fd in closed]) if closed else None,
     )
 
 
@@ -60,15 +62,7 @@ def test_ab_with_its_stdout_closed_still_runs_the_job(tmp_path):
 
 def test_ab_with_json_on_stdout_and_stderr_closed_keeps_stdout_the_record():
     job = [sys.executable, "-c", "print('the job says')"]
-    out = subprocess.run(
-        [sys.executable, "-m", "cleanflush", "ab", "--runs", "1", "--json", "--", *job],
-        env=environ_without_cleanflush(),
-        capture_output=False,
-        stdout=subprocess.PIPE,
-        text=True,
-        timeout=300,
-        preexec_fn=lambda: os.close(2),
-    )
+    out = cli(["ab", "--runs", "1", "--json", "--", *job], close_stderr=True)
     assert out.returncode == 0
     assert json.loads(out.stdout)["runs"] == 1  # the record alone: the job's output is not in it
 

@@ -59,15 +59,17 @@ def results() -> dict[str, dict[str, int | None]]:
     return table
 
 
+def status(name: str, code: int | None, same: set[str]) -> str:
+    """What became of a mutant: equivalent (SURVIVORS.md), or mutmut's exit code in words."""
+    return "equivalent" if name in same else STATUS.get(code, "suspicious")
+
+
 def scores() -> dict[str, collections.Counter[str]]:
     same = equivalent()
-    table: dict[str, collections.Counter[str]] = {}
-    for module, found in results().items():
-        counts: collections.Counter[str] = collections.Counter()
-        for name, code in found.items():
-            counts["equivalent" if name in same else STATUS.get(code, "suspicious")] += 1
-        table[module] = counts
-    return table
+    return {
+        module: collections.Counter(status(name, code, same) for name, code in found.items())
+        for module, found in results().items()
+    }
 
 
 def sample(n: int, seed: int, modules: list[str]) -> list[str]:
@@ -89,11 +91,12 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def score(names: list[str]) -> str:
     codes = {name: code for found in results().values() for name, code in found.items()}
     same = equivalent()
-    counts = collections.Counter("equivalent" if n in same else STATUS.get(codes.get(n), "suspicious") for n in names)
+    of = {n: status(n, codes.get(n), same) for n in names}
+    counts = collections.Counter(of.values())
     judged = len(names) - counts["equivalent"] - counts["not checked"]
     hits = counts["killed"] + counts["timeout"]
     low, high = wilson(hits, judged) if judged else (0.0, 0.0)
-    survivors = sorted(n for n in names if n not in same and STATUS.get(codes.get(n)) in ("survived", "no tests"))
+    survivors = sorted(n for n, s in of.items() if s in ("survived", "no tests"))
     return "\n".join(
         [
             f"{len(names)} sampled, {judged} judged: {hits / judged if judged else 0:.1%} "
