@@ -63,7 +63,8 @@ def status() -> list[TargetStatus]:
 def flush_counts() -> dict[tuple[str, str], int]:
     """How many flushes ran through cleanflush in this process, by (target, policy that
     actually ran)."""
-    return dict(STATE.flushes)
+    with STATE.lock:  # a flush in another thread may add a key while this copies
+        return dict(STATE.flushes)
 
 
 def _install_from_environ() -> None:
