@@ -6,15 +6,16 @@ from pathlib import Path
 import pytest
 
 from .conftest import run_python
+from .triton_layout import FLUSH_SITE
 
 ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("triton")
 
-PROBE = """
-import triton
-cls = triton.backends.backends["nvidia"].driver
-print(type(vars(cls)["clear_cache"]).__name__)
+IMPORT, OWNER, ATTRIBUTE = FLUSH_SITE  # where this triton flushes
+PROBE = f"""
+{IMPORT}
+print(type(vars({OWNER})[{ATTRIBUTE!r}]).__name__)
 import cleanflush
 print(cleanflush.current_policy() if cleanflush.is_installed() else "off")
 """
@@ -33,12 +34,11 @@ def test_cleanflush_imported_first():
 
 def test_triton_imported_first():
     child = run_python(
-        """
+        f"""
         import triton, triton.testing
-        cls = triton.backends.backends["nvidia"].driver
-        before = vars(cls)["clear_cache"]
+        before = vars({OWNER})[{ATTRIBUTE!r}]
         import cleanflush
-        after = vars(cls)["clear_cache"]
+        after = vars({OWNER})[{ATTRIBUTE!r}]
         print(type(before).__name__, type(after).__name__, after.__wrapped__ is before)
         """
     )
@@ -122,8 +122,7 @@ def test_off_values_import_nothing_but_the_start_up_hook(value, booted):
 
 def test_patched_right_after_the_import_that_woke_it():
     child = run_python(
-        "import triton.testing\nprint(type(vars(triton.backends.backends['nvidia'].driver)['clear_cache']).__name__)",
-        {"CLEANFLUSH": "1"},
+        f"import triton.testing\nprint(type(vars({OWNER})[{ATTRIBUTE!r}]).__name__)", {"CLEANFLUSH": "1"}
     )
     assert child.stdout.strip() == "FunctionWrapper", child.stderr
 
@@ -179,6 +178,9 @@ def points():
         for attr in ("clear_cache", "get_empty_cache_for_benchmark"):
             if attr in vars(backend.driver):
                 out[f"triton {name}.{attr}"] = vars(backend.driver)[attr]
+    testing = sys.modules.get("triton.testing")
+    if testing is not None and backends and not any(k.startswith("triton ") for k in out):
+        out["triton.testing.do_bench"] = vars(testing)["do_bench"]  # 3.0-3.1: the flush is inline there
     bench = getattr(sys.modules.get("torch._inductor.runtime.benchmarking"), "InductorBenchmarker", None)
     if bench is not None:
         for attr in ("benchmark_gpu", "get_event_pairs"):

@@ -11,6 +11,8 @@ import pytest
 
 from benchmarks import autotune, common, methods, writeback
 
+from .triton_layout import skip_unless_the_interpreter_runs_our_kernels
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -88,6 +90,7 @@ def test_writeback_cuts_ncu_kernels_into_cases():
 
 def test_int8_gemv_matches_a_float64_reference_on_cpu():
     pytest.importorskip("triton")
+    skip_unless_the_interpreter_runs_our_kernels()
     code = (
         "from benchmarks.int8_gemv import Layer, configs\n"
         "layer = Layer(40, 300, 'cpu')\n"  # ragged in both dimensions: the masks matter

@@ -12,6 +12,7 @@ from cleanflush import _flush, _hold, _read
 
 from .conftest import run_python
 from .ops import OpRecorder
+from .triton_layout import skip_unless_the_interpreter_runs_our_kernels
 
 MiB = 1 << 20
 STAND_IN_HANDSHAKE = types.SimpleNamespace(signal="signal")  # pinned memory needs CUDA
@@ -49,6 +50,7 @@ print(json.dumps(out))
 
 def test_the_sweep_kernel_sums_every_element_once():
     # Triton's interpreter runs the real kernel on CPU tensors
+    skip_unless_the_interpreter_runs_our_kernels()
     child = run_python(SWEEP_CHECK, {"TRITON_INTERPRET": "1"})
     assert child.returncode == 0, child.stderr
     for n, (swept, expected) in json.loads(child.stdout).items():

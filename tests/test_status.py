@@ -12,10 +12,12 @@ import cleanflush
 from cleanflush import _registry, _targets
 
 from .conftest import run_python
+from .triton_layout import IMPORTED_ROW, flush_point, needs_driver_clear_cache
 
 triton = pytest.importorskip("triton")
+pytest.importorskip("triton.testing")  # where triton 3.0-3.1 flush
 pytest.importorskip("torch._inductor.runtime.benchmarking")
-NVIDIA = "triton.backends.nvidia.driver.CudaDriver.clear_cache"
+NVIDIA = IMPORTED_ROW
 TRITON, INDUCTOR = _registry.BY_NAME["triton"], _registry.BY_NAME["inductor"]
 
 
@@ -112,6 +114,7 @@ def test_only_the_patched_state_is_patched(state):
     assert cleanflush.TargetStatus("x", "y", None, "patched", "").patched
 
 
+@needs_driver_clear_cache
 def test_a_foreign_wrapper_does_not_keep_a_dead_patch_alive():
     # uninstall under a foreign wrapper disables ours; install again must flush through a
     # live patch, not count the dead one as installed
@@ -141,11 +144,11 @@ def test_a_later_apply_replaces_the_rows_it_recorded_before():
 
 
 def test_a_name_disabled_before_a_reinstall_is_put_back_stock(monkeypatch):
-    cls = triton.backends.backends["nvidia"].driver
-    stock = vars(cls)["clear_cache"].__wrapped__
+    owner, attribute = flush_point()
+    stock = vars(owner)[attribute].__wrapped__
     monkeypatch.setenv("CLEANFLUSH_DISABLE", "triton")
     cleanflush.install()  # installed already: applies again, now disabled
-    assert vars(cls)["clear_cache"] is stock
+    assert vars(owner)[attribute] is stock
     assert {r.state for r in cleanflush.status() if r.name == "triton"} == {"disabled"}
 
 
