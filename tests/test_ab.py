@@ -17,6 +17,7 @@ from cleanflush import _ab, _ab_compare, _ab_report
 from cleanflush import _decisions as decisions
 
 from .conftest import environ_without_cleanflush, run_python
+from .triton_layout import needs_autotune_do_bench
 
 pytest.importorskip("triton")
 pytest.importorskip("numpy")  # Triton's interpreter needs it
@@ -58,6 +59,7 @@ print("best", add_one.best_config, "cache", os.environ.get("TRITON_CACHE_DIR"))
 """
 
 
+@needs_autotune_do_bench
 def test_triton_autotuner_decisions_are_recorded(tmp_path):
     path = tmp_path / "d.jsonl"
     child = run_python(TUNED, {"CLEANFLUSH": "1", "CLEANFLUSH_DECISIONS": str(path), "TRITON_INTERPRET": "1"})
@@ -74,6 +76,7 @@ def test_triton_autotuner_decisions_are_recorded(tmp_path):
     assert first["winner"] in child.stdout  # the autotuner's own best_config
 
 
+@needs_autotune_do_bench
 def test_nothing_is_recorded_without_the_variable(tmp_path):
     child = run_python(TUNED, {"CLEANFLUSH": "1", "TRITON_INTERPRET": "1"})
     assert child.returncode == 0, child.stderr[-2000:]
@@ -331,6 +334,7 @@ def test_every_run_gets_caches_of_its_own(tmp_path):
     )
 
 
+@needs_autotune_do_bench
 def test_ab_end_to_end_finds_the_flip(tmp_path):
     script = tmp_path / "tune.py"
     script.write_text(TUNED)

@@ -10,6 +10,7 @@ import pytest
 from cleanflush import _ab, _ab_compare, _ab_report
 
 from .conftest import environ_without_cleanflush, run_python
+from .triton_layout import needs_autotune_do_bench
 
 
 def decision(winner, timings, key="1", op="lib.gemv", call=None):
@@ -306,6 +307,7 @@ print(json.dumps(results))
 """
 
 
+@needs_autotune_do_bench
 def test_a_real_autotuning_call_is_recorded_and_made_again_under_each_config(tmp_path):
     (tmp_path / "tunedkernel.py").write_text(KERNEL)
     env = {
@@ -329,6 +331,7 @@ def test_a_real_autotuning_call_is_recorded_and_made_again_under_each_config(tmp
     assert json.loads(again.stdout) == {label: [[2], True] for label in labels}
 
 
+@needs_autotune_do_bench
 def test_a_kernel_defined_in_main_is_not_recorded_and_says_why(tmp_path):
     env = {
         "CLEANFLUSH": "1",

@@ -4,6 +4,8 @@ import pytest
 
 from cleanflush import pytest_plugin
 
+from .triton_layout import needs_driver_clear_cache
+
 pytest.importorskip("triton")
 
 BODY = """
@@ -42,11 +44,13 @@ def run(pytester, default, *args):
     return pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "-p", "no:cacheprovider", *args)
 
 
+@needs_driver_clear_cache
 def test_marker_fixture_and_default(pytester):
     result = run(pytester, "write-read")
     result.assert_outcomes(passed=6)
 
 
+@needs_driver_clear_cache
 def test_option_sets_the_run_default(pytester):
     result = run(pytester, "read", "--cleanflush", "READ")
     result.assert_outcomes(passed=6)
@@ -115,6 +119,7 @@ def test_an_indirect_parameter_that_is_no_policy_is_a_usage_error(pytester):
     result.stderr.fnmatch_lines(["*cleanflush_policy parameter '' is not a policy; valid: write-read, read, write*"])
 
 
+@needs_driver_clear_cache
 def test_the_innermost_choice_wins(pytester):
     pytester.makepyfile(
         test_precedence=BODY.split("def test_default")[0]

@@ -18,6 +18,7 @@ from cleanflush import _flush, _registry, _state
 
 from .conftest import run_python
 from .ops import OpRecorder
+from .triton_layout import needs_driver_clear_cache
 
 triton = pytest.importorskip("triton")
 
@@ -51,6 +52,7 @@ print(json.dumps({"zeroed": int(cache.sum()) == 0, "allocations": len(calls),
 """
 
 
+@needs_driver_clear_cache
 @pytest.mark.parametrize("policy", ["read", "write-read"])
 def test_failed_read_allocation_under_warnings_as_errors(policy):
     child = run_python(FAILING_ALLOCATION.replace("POLICY", repr(policy)), {"CLEANFLUSH": "1"}, args=("-W", "error"))
@@ -79,6 +81,7 @@ def test_warn_once_falls_back_to_stderr_when_warnings_raise(capsys):
 # BUG-F: unexpected call shapes run the stock code ----------------------------------------
 
 
+@needs_driver_clear_cache
 def test_clear_cache_without_argument_behaves_as_stock():
     driver = bare_driver()
     stock = vars(type(driver))["clear_cache"].__wrapped__
@@ -127,6 +130,7 @@ def test_get_empty_cache_passes_the_callers_arguments_on():
     assert calls == [((3,), {"device": "cpu"})]
 
 
+@needs_driver_clear_cache
 def test_clear_cache_of_a_non_tensor_runs_the_stock_write():
     class Buffer:
         zeroed = 0
@@ -143,6 +147,7 @@ def test_clear_cache_of_a_non_tensor_runs_the_stock_write():
     assert cleanflush.flush_counts() == {("triton", "write"): 3}
 
 
+@needs_driver_clear_cache
 def test_clear_cache_of_a_cache_whose_device_is_a_string_runs_the_stock_write():
     # not a tensor, but shaped like one: the idle check once asked its device for a type
     class Buffer:
@@ -167,6 +172,7 @@ def test_clear_cache_of_a_cache_whose_device_is_a_string_runs_the_stock_write():
     assert cleanflush.flush_counts() == {("triton", "write"): 3}
 
 
+@needs_driver_clear_cache
 def test_clear_cache_by_keyword_is_flushed():
     cache = torch.full((64,), 3, dtype=torch.int32)
     _flush.prepare(cache.device)
@@ -202,6 +208,7 @@ def test_event_pairs_of_another_shape_are_passed_through(monkeypatch):
 # BUG-H: importlib.reload(cleanflush) writes one report line, not two ----------------------
 
 
+@needs_driver_clear_cache
 def test_reload_does_not_register_the_report_twice(tmp_path):
     report = tmp_path / "r.jsonl"
     child = run_python(
@@ -224,6 +231,7 @@ def test_reload_does_not_register_the_report_twice(tmp_path):
 # BUG-R: the first flushes of 16 threads at once allocate one buffer ----------------------
 
 
+@needs_driver_clear_cache
 def test_threads_flushing_first_at_once_allocate_one_buffer(monkeypatch):
     real_zeros = torch.zeros
     sizes = []
@@ -408,6 +416,7 @@ def test_a_fork_while_another_thread_holds_the_policy_lock_does_not_hang():
     assert child.stdout.strip() == "hung 0"
 
 
+@needs_driver_clear_cache
 def test_install_from_many_threads_at_once_wraps_once():
     child = run_python(
         """
@@ -497,6 +506,7 @@ if __name__ == "__main__":
 """
 
 
+@needs_driver_clear_cache
 def test_one_report_line_per_process_with_its_own_flushes_at_the_path_named_at_start(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(REPORTING)

@@ -21,6 +21,8 @@ from cleanflush._verify.controls import CONTROLS
 from cleanflush.cli import main
 from cleanflush.cli._output import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
+from .triton_layout import needs_driver_clear_cache
+
 NVIDIA = "triton.backends.nvidia.driver.CudaDriver.clear_cache"
 INDUCTOR = "InductorBenchmarker.benchmark_gpu"
 ROUNDS = 5
@@ -492,6 +494,7 @@ def _clear_cache_under(name, monkeypatch, l2=None):
     return cache, rec, counted
 
 
+@needs_driver_clear_cache
 def test_control_tail_read_rereads_the_lines_just_zeroed(monkeypatch):
     from .ops import overlaps
 
@@ -501,6 +504,7 @@ def test_control_tail_read_rereads_the_lines_just_zeroed(monkeypatch):
     assert counted == {("triton", "write-read"): 1}  # and it claims to be clean
 
 
+@needs_driver_clear_cache
 def test_control_half_l2_reads_too_little(monkeypatch):
     cache, rec, counted = _clear_cache_under("control: read of half the L2", monkeypatch, l2=8192)
     assert rec.names == ["zero_", "sum"]
@@ -508,12 +512,14 @@ def test_control_half_l2_reads_too_little(monkeypatch):
     assert counted == {("triton", "write-read"): 1}
 
 
+@needs_driver_clear_cache
 def test_control_fallback_runs_the_write_and_counts_it(monkeypatch):
     cache, rec, counted = _clear_cache_under("control: read that falls back", monkeypatch)
     assert rec.names == ["zero_"]
     assert counted == {("triton", "write"): 1}
 
 
+@needs_driver_clear_cache
 def test_the_clean_policies_read_a_separate_region(monkeypatch):
     from .ops import overlaps
 
