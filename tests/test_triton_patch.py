@@ -15,7 +15,12 @@ from cleanflush import _flush, _read, _registry, _state, _targets  # noqa: E402
 from cleanflush.patches import triton as triton_patch  # noqa: E402
 
 from .ops import OpRecorder, overlaps  # noqa: E402
-from .triton_layout import DRIVER_EMPTY_CACHE, needs_driver_clear_cache, needs_driver_empty_cache  # noqa: E402
+from .triton_layout import (  # noqa: E402
+    DRIVER_EMPTY_CACHE,
+    needs_do_bench_buffer,
+    needs_driver_clear_cache,
+    needs_driver_empty_cache,
+)
 
 STOCK_EMPTY = torch.empty
 VERSION = importlib.metadata.version("triton")  # what each row must name
@@ -430,6 +435,55 @@ def test_triton_31_do_bench_flushes_its_local_buffer(triton_31, fast_flush):
             assert read.nbytes == (256 << 20 if policy == "read" else (256 << 20) - int(256e6))
     assert cleanflush.flush_counts() == {("triton", p): 8 for p in expected}
     assert torch.empty is STOCK_EMPTY
+
+
+@needs_do_bench_buffer
+@pytest.mark.parametrize(
+    "policy, per_call", [("write-read", ["zero_", "sum"]), ("read", ["sum"]), ("write", ["zero_"])]
+)
+def test_the_installed_do_bench_of_the_3_0_3_1_layout_flushes_its_buffer(monkeypatch, policy, per_call):
+    """The real do_bench of the installed triton 3.0 or 3.1, on CPU tensors: 3.1 takes a
+    device_type (CPU has a device interface); 3.0 calls torch.cuda and allocates on "cuda",
+    which are stood in for here."""
+    import inspect
+
+    import triton.testing
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 1.0  # ms: one timed call for rep=1
+
+    kwargs = {}
+    if "device_type" in inspect.signature(triton.testing.do_bench).parameters:
+        kwargs["device_type"] = "cpu"
+    else:
+        real_empty = torch.empty
+        monkeypatch.setattr(torch, "empty", lambda *a, **k: real_empty(*a, **{**k, "device": "cpu"}))
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+    x = torch.ones(8)
+    with cleanflush.policy(policy), OpRecorder() as rec:
+        triton.testing.do_bench(lambda: torch.neg(x), warmup=1, rep=1, **kwargs)
+    flushes, flush = [], []
+    for name in rec.names[1:]:  # the first call has no flush before it
+        if name == "neg":
+            flushes.append(flush)
+            flush = []
+        elif name in ("zero_", "sum"):
+            flush.append(name)
+    flushes = [f for f in flushes if f]  # the warm-up calls are not flushed
+    assert flushes and all(f == per_call for f in flushes), flushes
+    assert cleanflush.flush_counts() == {("triton", policy): len(flushes)}
+    written = [args[0] for name, args, _ in rec.ops if name == "zero_"]
+    assert all(w.nbytes == int(256e6) for w in written)
+    read = [args[0] for name, args, _ in rec.ops if name == "sum"]
+    assert all(r.dtype == torch.float32 and not any(overlaps(r, w) for w in written) for r in read)
 
 
 def test_triton_31_status_and_exact_restore(triton_31):

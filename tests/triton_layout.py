@@ -61,6 +61,9 @@ needs_driver_empty_cache = pytest.mark.skipif(
     reason="this triton's driver has no get_empty_cache_for_benchmark (3.2+): do_bench allocates "
     "its own buffer, a layout test_triton_patch stands in for and matrix/ checks",
 )
+needs_do_bench_buffer = pytest.mark.skipif(
+    DRIVER_EMPTY_CACHE, reason="this triton's do_bench flushes through its driver (3.2+), not a buffer of its own"
+)
 needs_autotune_do_bench = pytest.mark.skipif(
     not AUTOTUNE_DO_BENCH, reason="this triton's @autotune does not time with the do_bench= it is given (3.3+)"
 )
