@@ -86,11 +86,16 @@ def test_an_unstable_decision_shows_each_sides_prices_and_a_stock_runs_cost_on_a
     assert d["class"] == "unstable" and d["mean_ratio"] == pytest.approx((9.40 * 2 + 36.9) / 3 / 9.40)
     lines = _ab_report.format_report(record(cmp)).splitlines()
     assert "    stock picks 9.40-36.90 us, write-read picks 9.40 us; a stock run's pick +97.5% on average" in lines
-    # picks that print alike are one price, not a range
+    # picks that print alike are one price, not a range; an average that rounds to zero has no
+    # sign, and one under the floor says so
     cmp = _ab_compare.compare(stock, clean, "write-read", priced({"a": price(9.401), "c": price(9.399)}))
-    assert "    stock picks 9.40 us, write-read picks 9.40 us; a stock run's pick -0.0% on average" in (
-        _ab_report.format_report(record(cmp)).splitlines()
-    )
+    said = "    stock picks 9.40 us, write-read picks 9.40 us; a stock run's pick +0.0% on average (under the 2% floor)"
+    assert said in _ab_report.format_report(record(cmp)).splitlines()
+    # the floor's edge: an average of 2% is not under a 2% floor
+    cmp = _ab_compare.compare(stock, clean, "write-read", priced({"a": price(10.0), "c": price(10.6)}))
+    assert cmp["decisions"][0]["mean_ratio"] == pytest.approx(1.02)
+    [line] = [x for x in _ab_report.format_report(record(cmp)).splitlines() if "on average" in x]
+    assert line.endswith("a stock run's pick +2.0% on average")
 
 
 def test_clean_picks_slower_than_the_stock_ones_are_said_so():

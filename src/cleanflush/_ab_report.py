@@ -72,7 +72,7 @@ def _decisions_lines(cmp: dict[str, Any], policy: str, runs: int) -> list[str]:
             floor = f" (under the {cmp['min_effect']:.0%} floor)" if cls == NEGLIGIBLE else ""
             lines.append(f"{cls}{floor}: {len(found)}")
             for d in found:
-                lines += [f"{_decision_line(d)}: {d['reason']}", *_price_range(d, policy)]
+                lines += [f"{_decision_line(d)}: {d['reason']}", *_price_range(d, policy, cmp["min_effect"])]
     return [*lines, f"unchanged: {cmp['classes'][UNCHANGED]}"]
 
 
@@ -116,16 +116,20 @@ def _priced_picks(d: dict[str, Any], side: str, winners: list[str]) -> list[str]
     return lines
 
 
-def _price_range(d: dict[str, Any], policy: str) -> list[str]:
+def _price_range(d: dict[str, Any], policy: str, min_effect: float) -> list[str]:
     """A priced decision outside the headline: each side's picks by price, and what a stock
-    run's pick costs on average (one bad pick in three runs is unstable, not changed)."""
+    run's pick costs on average (one bad pick in three runs is unstable, not changed), said
+    to be under the floor where it is."""
     if "prices_us" not in d:
         return []
     spans = []
     for side, winners in (("stock", d["stock_winners"]), (policy, d["clean_winners"])):
         low, high = (f"{f(d['prices_us'][w]['us'] for w in winners):.2f}" for f in (min, max))
         spans.append(f"{side} picks {low}-{high} us" if high != low else f"{side} picks {low} us")
-    return [f"    {', '.join(spans)}; a stock run's pick {d['mean_ratio'] - 1:+.1%} on average"]
+    average = d["mean_ratio"] - 1
+    said = f"{average:+.1%}".replace("-0.0%", "+0.0%")  # a rounded zero has no sign
+    floor = f" (under the {min_effect:.0%} floor)" if abs(average) < min_effect else ""
+    return [f"    {', '.join(spans)}; a stock run's pick {said} on average{floor}"]
 
 
 def _clean_timed_picks(d: dict[str, Any], policy: str) -> list[str]:
