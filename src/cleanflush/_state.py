@@ -128,8 +128,9 @@ def sites(name: str) -> list[TargetStatus]:
 
 def count_flush(label: str, ran: str) -> None:
     """Count a flush under the policy that actually ran, after it ran."""
-    # Counter += is not atomic across threads, and verify and the tests read these counts as
-    # exact; an uncontended lock is noise next to the two kernel launches of a flush.
+    # A key's first += runs Counter.__missing__, where another thread can count in between
+    # and be lost; verify and the tests read these counts as exact, and an uncontended lock
+    # is noise next to the kernel launches of a flush.
     with STATE.lock:
         STATE.flushes[(label, ran)] += 1
 
