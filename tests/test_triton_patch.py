@@ -415,7 +415,7 @@ def triton_31(monkeypatch):
 def bench_31(testing, policy, **kwargs):
     x = torch.ones(8)
     with cleanflush.policy(policy), OpRecorder() as rec:
-        testing.do_bench(lambda: torch.neg(x), device_type="cpu", **kwargs)
+        testing.do_bench(lambda: torch.neg(x), **kwargs)
     return rec
 
 
@@ -423,7 +423,7 @@ def bench_31(testing, policy, **kwargs):
 def test_triton_31_do_bench_flushes_its_local_buffer(triton_31, fast_flush):
     expected = {"write-read": ["zero_", "sum"], "read": ["sum"], "write": ["zero_"]}
     for policy, per_call in expected.items():
-        rec = bench_31(triton_31, policy, fast_flush=fast_flush)
+        rec = bench_31(triton_31, policy, fast_flush=fast_flush, device_type="cpu")
         names = [name for name in rec.names if name in ("zero_", "sum", "neg")]
         assert names == ["neg"] + (per_call + ["neg"]) * 8, policy
         written = [args[0] for name, args, _ in rec.ops if name == "zero_"]
@@ -467,9 +467,7 @@ def test_the_installed_do_bench_of_the_3_0_3_1_layout_flushes_its_buffer(monkeyp
         monkeypatch.setattr(torch, "empty", lambda *a, **k: real_empty(*a, **{**k, "device": "cpu"}))
         monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
         monkeypatch.setattr(torch.cuda, "Event", Event)
-    x = torch.ones(8)
-    with cleanflush.policy(policy), OpRecorder() as rec:
-        triton.testing.do_bench(lambda: torch.neg(x), warmup=1, rep=1, **kwargs)
+    rec = bench_31(triton.testing, policy, warmup=1, rep=1, **kwargs)
     flushes, flush = [], []
     for name in rec.names[1:]:  # the first call has no flush before it
         if name == "neg":
@@ -508,7 +506,7 @@ def test_triton_31_buffer_of_another_size_runs_stock_and_says_so(triton_31, monk
     """Negative control: a do_bench whose buffer the patch does not recognise."""
     monkeypatch.setattr(triton_patch, "_is_do_bench_buffer", lambda tensor: False)
     with pytest.warns(RuntimeWarning, match="made no flush buffer of the shape cleanflush knows"):
-        rec = bench_31(triton_31, "write-read")
+        rec = bench_31(triton_31, "write-read", device_type="cpu")
     assert [name for name in rec.names if name in ("zero_", "sum")] == ["zero_"] * 8
     assert cleanflush.flush_counts() == {}
     row = {r.target: r for r in cleanflush.status()}["triton.testing.do_bench"]
