@@ -1,11 +1,19 @@
 """python -m benchmarks <study> [--out DIR]: run one study (or ``all``) on this GPU.
 
-Studies: writeback, methods, cost, latency, synced, autotune, budget, verdicts, residual; ``all`` runs them
-in that order and draws the figures; ``plot`` draws the figures from existing results (no GPU needed).
+Studies: writeback, methods, readkernel, cost, latency, synced, autotune, budget, verdicts, residual; ``all`` runs them
+in that order and draws the figures; ``plot`` draws the figures from existing results and ``quoted``
+renders the numbers README.md and docs quote from them (neither needs a GPU).
 Progress goes to stderr; results to DIR/<study>.csv and .json, figures to DIR/<study>.png.
 """
 
 from __future__ import annotations
+
+import os
+
+# Kineto keeps CUPTI attached after a profiling session unless told so before torch loads
+# (pytorch/pytorch#144455): every later launch is then slower, the host bounds the loops that
+# a read's hold waits on, and do_bench takes fewer samples.  Studies that profile need it.
+os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 import argparse
 import inspect
@@ -16,7 +24,18 @@ from pathlib import Path
 
 from .common import RESULTS, progress
 
-STUDIES = ("writeback", "methods", "cost", "latency", "synced", "autotune", "budget", "verdicts", "residual")
+STUDIES = (
+    "writeback",
+    "methods",
+    "readkernel",
+    "cost",
+    "latency",
+    "synced",
+    "autotune",
+    "budget",
+    "verdicts",
+    "residual",
+)
 
 
 def _shapes(text: str) -> list[tuple[int, int]]:
@@ -28,7 +47,8 @@ def _shapes(text: str) -> list[tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    parser.add_argument("study", choices=STUDIES + ("all", "plot"))
+    parser.add_argument("study", choices=STUDIES + ("all", "plot", "quoted"))
+    parser.add_argument("--check", action="store_true", help="quoted: only say which pages differ (exit 1)")
     parser.add_argument("--skip", default="", help="with all: studies to leave out, comma-separated")
     parser.add_argument(
         "--out", type=Path, default=None, help="results folder (default: benchmarks/results/<gpu>, e.g. results/h200)"
@@ -47,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.study == "plot":
         return _plot(args.out, parser)
+    if args.study == "quoted":
+        from . import quoted
+
+        return quoted.main(check=args.check)
     out = args.out or RESULTS / _gpu_folder()
 
     import cleanflush
@@ -83,29 +107,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(out: Path | None, parser: argparse.ArgumentParser) -> int:
-    """Redraw the figures of one results folder, in that folder; no GPU needed."""
-    folders = sorted(
-        str(p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p) for p in RESULTS.iterdir() if p.is_dir()
-    )
-    if out is None:
-        parser.error(
-            f"plot redraws the figures of one results folder, in place: name it with --out "
-            f"(one of: {', '.join(folders)})"
+    """Redraw the figures of one results folder (``--out``), or of every one, in place; no GPU needed."""
+    if out is not None and not out.is_dir():
+        parser.error(f"--out {str(out)!r} is not a folder")
+    folders = [out] if out is not None else sorted(p for p in RESULTS.glob("*") if p.is_dir())
+    if not folders:
+        print(
+            f"python -m benchmarks plot: no results folder in {RESULTS} (the sdist leaves the study data "
+            "out; a checkout has it)",
+            file=sys.stderr,
         )
-    assert out is not None
-    if not out.is_dir():
-        parser.error(f"--out {str(out)!r} is not a folder (results folders: {', '.join(folders)})")
+        return 1
     from . import plots
 
     try:
-        drawn = plots.plot_all(out)
+        drawn = [path for folder in folders for path in plots.plot_all(folder)]
     except ImportError:
         print('python -m benchmarks plot: needs matplotlib (pip install -e ".[bench]")', file=sys.stderr)
         return 2
     for path in drawn:
         print(f"drew {path}")
     if not drawn:
-        print(f"python -m benchmarks plot: no study results (*.json) in {out}", file=sys.stderr)
+        print(
+            f"python -m benchmarks plot: no study results (*.json) in {', '.join(map(str, folders))}", file=sys.stderr
+        )
     return 0 if drawn else 1
 
 

@@ -6,7 +6,7 @@ Every flush runs through Triton's ``driver.active.clear_cache``, as do_bench cal
   write-read                 the default: L2 / 8 of the cache zeroed, then 2 x L2 read, the read
                              holding the stream where the GPU has caught up (the handshake)
   write-read, spin only      the same with the simpler hold (``common.hold_design``)
-  read                       256 MiB read, nothing written
+  read                       2 x L2 read, nothing written, holding as write-read does
   reference                  a plain float32 ``sum()`` of a 256 MiB buffer of its own in place of
                              ``clear_cache`` (cleanflush uninstalled): shares no code with the others
   reference again            the same, measured as a candidate of its own: how far two runs of

@@ -373,7 +373,7 @@ def read_alone(device: Any, nbytes: int) -> None:
     from cleanflush import _read
 
     entry = _read.prepare(device)
-    _read.read(entry, entry.views.span(entry.buffer, nbytes // 4), 0, False)
+    entry.read(entry.region(nbytes), 0, False)
 
 
 def flushing(name: str) -> contextlib.AbstractContextManager[Any]:

@@ -17,6 +17,14 @@ against the read alone and the write alone.  If the write-back of the evicted di
 still draining when a short read ends, the timed call pays for it, and a longer read or the
 idle gap removes that.
 
+A third table (``prices``) is each flush's GPU time through Triton's ``clear_cache``, 200
+back to back queued behind a busy GPU (so the host's time per call, which a read's hold
+would wait for, stays out: ``busy_gpu_time_us``), beside what bounds it, interleaved over
+rounds in the same process: a plain float32 ``sum()`` of 2 x L2 of a buffer of its own (the
+read a flush must do, by torch), the best read bandwidth a plain read reaches here (``sum()``
+of 2 GiB, rotated so no line is an L2 hit), and the floor: 2 x L2 read, plus what write-read
+writes and later writes back, at that bandwidth.
+
 Sample histograms of every call go to the JSON: CUDA event times are quantised, and the
 share of samples on each step is what moves a mean.
 """
@@ -41,6 +49,7 @@ from .common import (
     spin_cycles_per_us,
 )
 
+MiB = 1 << 20
 SHAPES = [(4096, 4096), (28672, 4096)]
 ROUNDS = 10
 FLUSHES = ["stock", "write", "write-read", "read"]
@@ -99,6 +108,7 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
             del cache
             torch.cuda.empty_cache()
     sizes = readsize(out, shapes, rounds)
+    price_table = prices(rounds)
     summary = summarise(results.rows)
     for key, row in summary.items():
         progress(
@@ -111,10 +121,77 @@ def run(out: Path, shapes: list[tuple[int, int]] | None = None, rounds: int = RO
         rounds=rounds,
         summary=summary,
         readsize=sizes,
+        prices=price_table,
         histograms=histograms,
         clock_event_reasons="NVML bits: 0x1 idle, 0x4 SW power cap, 0x8 HW slowdown, "
         "0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake",
     )
+
+
+PRICE_CALLS = 200
+BANDWIDTH_BYTES = 2048 * MiB
+
+
+def busy_gpu_time_us(flush: Any, count: int, cycles_per_us: float) -> float:
+    """GPU time of one flush, ``count`` of them between two events, all queued while the GPU
+    still spins on a wait ahead of them: the GPU never catches up with the host, so no read
+    holds the stream and the host's time per call is not in the number."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush()  # a policy's first flush may make its read buffer (syncs, a held check): not timed
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(count * 200 * cycles_per_us))  # longer than the host takes to queue them
+    start.record()
+    for _ in range(count):
+        flush()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / count * 1e3
+
+
+def prices(rounds: int) -> dict[str, Any]:
+    """The ``prices`` table (see the module docstring): us per flush, and each over stock's."""
+    import torch
+    import triton
+
+    from cleanflush import _flush
+
+    driver = triton.runtime.driver.active
+    cache = driver.get_empty_cache_for_benchmark()
+    l2 = int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
+    own = torch.ones(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    pool = torch.ones(4 * BANDWIDTH_BYTES // 4, dtype=torch.float32, device="cuda")
+    regions = [pool[i * BANDWIDTH_BYTES // 4 : (i + 1) * BANDWIDTH_BYTES // 4] for i in range(4)]
+    turn = iter(range(1 << 30))
+    cycles_per_us = spin_cycles_per_us()
+    clear = lambda: driver.clear_cache(cache)  # noqa: E731
+    candidates: dict[str, Any] = {
+        flush: (lambda: busy_gpu_time_us(clear, PRICE_CALLS, cycles_per_us)) for flush in FLUSHES
+    }
+    candidates["plain read of 2 x L2"] = lambda: busy_gpu_time_us(lambda: own.sum(), PRICE_CALLS, cycles_per_us)
+    candidates["plain read of 2 GiB"] = lambda: busy_gpu_time_us(
+        lambda: regions[next(turn) % 4].sum(), 20, cycles_per_us
+    )
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    progress(f"cost: prices, {rounds} rounds x {len(candidates)} flushes")
+    for _ in range(rounds):
+        for name, measure in candidates.items():
+            with flushing(name if name in FLUSHES else "stock"):
+                times[name].append(measure())
+    us = {name: statistics.median(t) for name, t in times.items()}
+    bandwidth = BANDWIDTH_BYTES / (us.pop("plain read of 2 GiB") * 1e-6)
+    owned = _flush.owned_write_bytes(l2)
+    table: dict[str, Any] = {
+        name: {"us": t, "over_stock": t / us["stock"], "spread_us": max(times[name]) - min(times[name])}
+        for name, t in us.items()
+    }
+    table["floor: read 2 x L2 at the best plain read"] = {"us": 2 * l2 / bandwidth * 1e6}
+    table["floor: write-read's bytes at the best plain read"] = {"us": (2 * l2 + 2 * owned) / bandwidth * 1e6}
+    for name, row in table.items():
+        row.setdefault("over_stock", row["us"] / us["stock"])
+        progress(f"  {name:50s} {row['us']:7.2f} us  {row['over_stock']:.3f} x stock")
+    return {"best_plain_read_tb_per_s": bandwidth / 1e12, "l2_bytes": l2, "owned_write_bytes": owned, "us": table}
 
 
 def readsize(out: Path, shapes: list[tuple[int, int]], rounds: int, iters: int = 300) -> dict[str, dict[str, float]]:

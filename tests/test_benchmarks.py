@@ -2,14 +2,17 @@
 cutting Nsight Compute's kernel list into cases, the INT8 kernel's arithmetic (through
 Triton's interpreter on CPU tensors), and the command line."""
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks import autotune, common, methods, writeback
+from benchmarks import autotune, common, methods, plots, quoted, writeback
 
 from .triton_layout import skip_unless_the_interpreter_runs_our_kernels
 
@@ -127,7 +130,7 @@ def test_cli_names_the_valid_studies():
         timeout=60,
     )
     assert out.returncode == 2
-    assert "writeback, methods, cost, latency, synced, autotune" in out.stderr and "bogus" in out.stderr
+    assert "writeback, methods, readkernel, cost, latency, synced, autotune" in out.stderr and "bogus" in out.stderr
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks", "methods", "--shapes", "4096by4096"],
         cwd=ROOT,
@@ -161,19 +164,81 @@ def test_controls_summary_counts_wrong_verdicts():
     assert "+0.10" in row and "11.000-11.000" in row  # the tightest margin is the wrong one
 
 
-def test_plot_names_the_results_folder_it_needs():
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "plot"], capture_output=True, text=True, timeout=120, cwd=ROOT
+def _copy_of_benchmarks(tmp_path, with_results):
+    """benchmarks/ copied into ``tmp_path``, with or without its results (as in the sdist)."""
+    shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+    if not with_results:
+        shutil.rmtree(tmp_path / "benchmarks" / "results")
+    return tmp_path
+
+
+def _benchmarks(cwd, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True, timeout=300, cwd=cwd
     )
-    assert (
-        out.returncode == 2
-        and "name it with --out (one of: benchmarks/results/cpu, benchmarks/results/h200)" in out.stderr
-    )
-    missing = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "plot", "--out", "no/such/folder"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+
+
+def test_plot_with_no_folder_draws_every_results_folder(tmp_path):
+    pytest.importorskip("matplotlib")
+    if not (ROOT / "benchmarks" / "results" / "h200").is_dir():
+        pytest.skip("no study data in this copy (the sdist leaves it out)")
+    copy = _copy_of_benchmarks(tmp_path, with_results=True)
+    figures = [f for f in sorted(copy.glob("benchmarks/results/*/*.png")) if f.stem in plots.FIGURES]
+    for figure in figures:
+        figure.unlink()
+    out = _benchmarks(copy, "plot")
+    assert out.returncode == 0, out.stderr
+    assert figures and all(figure.is_file() for figure in figures)  # every folder's figures again
+
+
+def test_plot_without_study_data_says_what_is_missing_in_one_line(tmp_path):
+    out = _benchmarks(_copy_of_benchmarks(tmp_path, with_results=False), "plot")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.count("\n") == 1 and "no results folder" in out.stderr and "sdist" in out.stderr
+
+
+def test_plot_names_a_folder_that_is_not_there():
+    missing = _benchmarks(ROOT, "plot", "--out", "no/such/folder")
     assert missing.returncode == 2 and "is not a folder" in missing.stderr
+
+
+def _h200_or_skip():
+    folder = ROOT / "benchmarks" / "results" / "h200"
+    if not (folder / "budget.json").is_file():
+        pytest.skip("no study data in this copy (the sdist leaves it out)")
+    return folder
+
+
+@pytest.mark.parametrize("page", quoted.PAGES)
+def test_the_numbers_a_page_quotes_are_those_of_the_current_records(page):
+    _h200_or_skip()
+    text = (ROOT / page).read_text()
+    assert "<!-- quoted:" in text
+    assert quoted.render_page(text) == text, "stale numbers: run python -m benchmarks quoted"
+
+
+def test_every_number_in_the_readme_table_is_in_the_budget_record():
+    # read without the renderer: the table's cells against the record's do_bench means
+    folder = _h200_or_skip()
+    record = json.loads((folder / "budget.json").read_text())
+    recorded = {f"{row['do_bench_us']:.2f}" for shape in record["summary"].values() for row in shape.values()}
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("<!-- quoted:headline -->")[1].split("<!-- /quoted -->")[0]
+    cells = [c.strip() for line in table.splitlines() if line.startswith("| ") for c in line.split("|")[2:-1]]
+    numbers = [c for c in cells if re.fullmatch(r"\d+\.\d\d", c)]
+    assert len(numbers) == 20 and set(numbers) <= recorded
+
+
+def test_a_record_that_changes_makes_its_quotes_stale(tmp_path):
+    folder = _h200_or_skip()
+    for study in ("budget", "cost"):
+        shutil.copy(folder / f"{study}.json", tmp_path / f"{study}.json")
+    text = (ROOT / "README.md").read_text()
+    assert quoted.render_page(text, tmp_path) == text
+    record = json.loads((tmp_path / "budget.json").read_text())
+    record["summary"]["4096x4096"]["stock"]["do_bench_us"] += 1.0  # negative control
+    (tmp_path / "budget.json").write_text(json.dumps(record))
+    assert quoted.render_page(text, tmp_path) != text
+    (tmp_path / "cost.json").unlink()
+    with pytest.raises(FileNotFoundError, match="cost.json is missing"):
+        quoted.render_page(text, tmp_path)

@@ -86,6 +86,11 @@ def test_read_size(l2, written, expected):
     assert _read.read_bytes(l2, written) == expected
 
 
+@pytest.mark.parametrize("l2, written", [(60 * MiB, 0), (60 * MiB, 7 * MiB), (40 * MiB, 256 * MiB), (200 * MiB, 0)])
+def test_where_the_read_holds_it_reads_two_l2_after_any_write(l2, written):
+    assert _read.read_bytes(l2, written, held=True) == 2 * l2
+
+
 @pytest.fixture
 def fake_l2(monkeypatch):
     """A device that reports an L2 (CPU reports none, which hides 2 x L2 behind the 256 MiB
@@ -211,26 +216,36 @@ def test_a_cache_with_no_proper_head_is_written_whole(holding, cache):
     assert rec.ops[0][1][0] is cache and not cache.any()
 
 
-def test_the_read_policy_still_reads_the_stock_bytes_and_writes_nothing(holding):
+def test_where_the_read_holds_the_read_policy_reads_two_l2_and_writes_nothing(holding):
+    # the hold, not 256 MiB of bytes, keeps the GPU busy while the host queues (docs/policies.md)
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
     rec = owned_flush(cache, "read")
-    assert rec.names == [] and bool((cache == 7).all()) and holding == [256 * MiB]
+    assert rec.names == [] and bool((cache == 7).all()) and holding == [2 * MiB]
+
+
+def test_without_a_hold_the_read_policy_reads_the_stock_bytes(fake_l2):
+    fake_l2(MiB)  # a CPU buffer has no kernel, so no hold
+    cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
+    rec = owned_flush(cache, "read")
+    assert rec.names == ["sum"] and rec.ops[0][1][0].numel() * 4 == 256 * MiB and bool((cache == 7).all())
 
 
 def test_a_write_the_harness_owns_is_whole_and_the_read_two_l2(holding):
-    # Inductor's inline write and every flush without write_part: all of it
+    # Inductor's inline write and every flush without write_part: all of it; where the read
+    # holds, 2 x L2 after any write
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
     with cleanflush.policy("write-read"):
         _flush.flush("test", write=cache.zero_, cache=cache)
         _flush.flush("inline", device=torch.device("cpu"), written=256 * MiB)
-    assert not cache.any() and holding == [252 * MiB, 2 * MiB]
+        _flush.flush("inline", device=torch.device("cpu"), written=None)
+    assert not cache.any() and holding == [2 * MiB, 2 * MiB, 2 * MiB]
 
 
 def test_a_read_that_fails_after_the_head_falls_back_to_the_whole_stock_write(holding, monkeypatch):
     def broken(*args):
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(_read, "read", broken)
+    monkeypatch.setattr(_read.ReadBuffer, "read", broken)
     cache = torch.full((4 * MiB // 4,), 7, dtype=torch.int32)
     with pytest.warns(RuntimeWarning, match="fall back to the stock write"):
         owned_flush(cache)
@@ -267,7 +282,7 @@ def test_failed_read_falls_back_to_the_stock_write_and_says_so_once(monkeypatch)
     def broken(*args):
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(_read, "read", broken)
+    monkeypatch.setattr(_read.ReadBuffer, "read", broken)
     cache = torch.full((16,), 3, dtype=torch.int32)
     with cleanflush.policy("read"), pytest.warns(RuntimeWarning, match="fall back to the stock write") as caught:
         _flush.flush("test", write=cache.zero_, cache=cache)
@@ -291,7 +306,7 @@ def test_a_failed_read_after_an_inline_write_names_its_target(monkeypatch):
     def broken(*args):
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(_read, "read", broken)
+    monkeypatch.setattr(_read.ReadBuffer, "read", broken)
     with pytest.warns(RuntimeWarning, match="^cleanflush: the clean read could not run in Inductor.x on cpu"):
         _flush.flush("Inductor.x", device=torch.device("cpu"), written=None)
     assert cleanflush.flush_counts() == {("Inductor.x", "write"): 1}
@@ -314,7 +329,7 @@ def test_each_target_says_its_own_failed_read(monkeypatch):
     def broken(*args):
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(_read, "read", broken)
+    monkeypatch.setattr(_read.ReadBuffer, "read", broken)
     cache = torch.zeros(16, dtype=torch.int32)
     with cleanflush.policy("write-read"), pytest.warns(RuntimeWarning) as caught:
         for target in ("one", "two", "one"):
@@ -347,3 +362,25 @@ def test_a_flushing_tensor_flushes_under_its_own_target_and_is_the_same_storage(
     moved = flushing_tensor(a, "harness b")  # handed on to another target: counted there
     moved.zero_()
     assert type(moved) is type(b) and cleanflush.flush_counts()[("harness b", "write-read")] == 2
+
+
+# L2 sizes as the devices report them (bytes): T4 4 MiB, A10 6 MiB, A100 40 MiB, L4 48 MiB,
+# H100 50 MiB, H200 60 MiB, RTX 4090 72 MiB, L40S 96 MiB, B200 126 MiB
+L2_OF_COMMON_PARTS = [4, 6, 40, 48, 50, 60, 72, 96, 126]
+
+
+@pytest.mark.parametrize("l2_mib", L2_OF_COMMON_PARTS)
+@pytest.mark.parametrize("policy", ["read", "write-read"])
+def test_the_read_size_follows_the_devices_l2(monkeypatch, fake_l2, l2_mib, policy):
+    # where the read holds: 2 x L2 under either policy, never the 256 MiB of the stock write
+    l2 = fake_l2(l2_mib * MiB)
+    entry = _read.prepare(torch.device("cpu"))
+    reads = []
+    monkeypatch.setattr(entry, "held", lambda data, out, call, ns: reads.append(data.numel() * 4))
+    monkeypatch.setattr(entry, "sweep", lambda data, out, call: reads.append(data.numel() * 4))
+    cache = torch.full((32 * MiB // 4,), 7, dtype=torch.int32)
+    owned_flush(cache, policy)
+    assert reads == [2 * l2]
+    assert entry.buffer.numel() * 4 == max(2 * l2, 256 * MiB)  # also the read without a hold fits
+    written = (cache != 7).sum().item() * 4
+    assert written == (l2 // 8 if policy == "write-read" else 0)

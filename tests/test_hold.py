@@ -93,9 +93,9 @@ def test_each_read_takes_the_next_call_number(monkeypatch):
     monkeypatch.setattr(entry, "held", lambda data, out, call, ns: seen.append(("held", call, ns)))
     monkeypatch.setattr(entry, "handshake", handshake)
     data = entry.buffer[:16]
-    _read.read(entry, data, 0, False)
-    _read.read(entry, data, 30_000, False)
-    _read.read(entry, data, 0, False)  # lets the held read go: the host's count passes its call
+    entry.read(data, 0, False)
+    entry.read(data, 30_000, False)
+    entry.read(data, 0, False)  # lets the held read go: the host's count passes its call
     assert seen == [("sweep", 1), ("held", 2, 30_000), ("sweep", 3)] and handshake.signal.tolist() == [3, 0]
 
 

@@ -114,7 +114,10 @@ def test_the_read_goes_to_the_current_cuda_device(monkeypatch):
     from cleanflush.patches import _kineto
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert _kineto.cuda_device() == torch.device("cuda", 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _kineto.cuda_device() is None  # no CUDA: the flush has no device to read on, and runs stock
 
 
 def test_no_read_buffer_runs_stock_and_says_why(stand_ins, monkeypatch):

@@ -74,7 +74,7 @@ def test_read_runs_the_sweep_when_there_is_one(monkeypatch):
     monkeypatch.setattr(entry, "sweep", lambda data, out, call: calls.append((data, out, call)))
     data = entry.views.span(entry.buffer, 64 * MiB // 4)
     with OpRecorder() as rec:
-        _read.read(entry, data, 0, False)
+        entry.read(data, 0, False)
     assert rec.names == []  # not torch's sum
     ((data, out, call),) = calls
     assert data.data_ptr() == entry.buffer.data_ptr() and data.numel() * 4 == 64 * MiB and out is entry.sink
@@ -87,7 +87,7 @@ def test_without_a_kernel_the_read_is_torchs_sum_into_the_sink():
     data.fill_(2.0)
     try:
         with OpRecorder() as rec:
-            _read.read(entry, data, 50_000, False)  # no held kernel: the hold asked for is not there
+            entry.read(data, 50_000, False)  # no held kernel: the hold asked for is not there
     finally:
         data.zero_()
     assert rec.names == ["sum"] and rec.ops[0][2]["out"] is entry.sink and float(entry.sink) == 2048.0
@@ -187,7 +187,7 @@ class FakeKernel:
             signal[1] = call
 
     def __getitem__(self, grid):
-        def jit(data, out, n, signal, call, hold_ns, BLOCK, HOLD, num_warps):
+        def jit(data, out, n, signal, call, hold_ns, BLOCK, HOLD, UNROLL, num_warps):
             self._sum("jit", data, out, n, signal, call)
             return Compiled(self)
 
@@ -207,7 +207,7 @@ class Compiled:
         return runner
 
 
-@pytest.mark.parametrize("takes, used", [(8, "direct/8"), (6, "direct/6"), (9, "jit")])
+@pytest.mark.parametrize("takes, used", [(9, "direct/9"), (6, "direct/6"), (10, "jit")])
 def test_the_sweep_launches_the_way_its_triton_takes(monkeypatch, takes, used):
     pytest.importorskip("triton")
     from cleanflush import _sweep
@@ -367,7 +367,7 @@ def test_release_waits_for_every_device_it_read_on_and_keeps_what_a_graph_captur
     monkeypatch.setitem(_read.READS.buffers, torch.device("cuda", 1), captured)
     monkeypatch.setattr(_read.READS, "kept", [])
     monkeypatch.setattr(captured, "sweep", lambda data, out, call: None)
-    _read.read(captured, torch.zeros(4), 0, capturing=True)  # a read made during capture marks its buffer
+    captured.read(torch.zeros(4), 0, capturing=True)  # a read made during capture marks its buffer
     _flush.release()
     assert sorted(synced, key=str) == [torch.device("cuda", 0), torch.device("cuda", 1)]
     assert _read.READS.buffers == {} and _read.READS.kept == [captured]

@@ -90,7 +90,7 @@ def test_the_read_is_inside_the_cache_flush_range(monkeypatch):
             return super().__exit__(*exc)
 
     monkeypatch.setattr(torch.profiler, "record_function", Watch)
-    monkeypatch.setattr(_read, "read", lambda entry, data, *rest: seen.append(("read", data.numel() * 4)))
+    monkeypatch.setattr(_read.ReadBuffer, "read", lambda entry, data, *rest: seen.append(("read", data.numel() * 4)))
     timed("write-read", bench._bench_with_cupti, n=1)
     flush = torch_bench._CACHE_FLUSH_ID
     # the read covers what the 4 MiB write left of the stock 256 MiB (no L2 on a CPU)

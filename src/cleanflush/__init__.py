@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from . import _env, _flush, _targets
-from ._env import DEFAULT_POLICY, POLICIES
+from ._policies import DEFAULT_POLICY, POLICIES
 from ._policy import current_policy, policy
 from ._state import STATE, TargetStatus
 

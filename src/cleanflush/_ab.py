@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _ab_programs, _env
-from ._ab_compare import MIN_EFFECT, STOCK, compare, to_price
+from ._ab_compare import MIN_EFFECT, compare, to_price
 from ._ab_report import COMPARED, short
-from ._env import CALLS_VAR, DECISIONS_VAR, DEFAULT_POLICY, POLICY_VAR
+from ._env import CALLS_VAR, DECISIONS_VAR, POLICY_VAR
+from ._policies import DEFAULT_POLICY, STOCK_POLICY
 from ._registry import NAMES
 
 SCHEMA = 3
@@ -182,7 +183,7 @@ class _Runs:
 
     def compared(self, policy: str) -> int:
         """Pairs of runs compared: a side without its pair is left out."""
-        return min(len(self.sides[STOCK]), len(self.sides[policy]))
+        return min(len(self.sides[STOCK_POLICY]), len(self.sides[policy]))
 
 
 def run(
@@ -203,10 +204,10 @@ def run(
     base = _env.for_child(**{POLICY_VAR: None, DECISIONS_VAR: None, CALLS_VAR: None})
     work = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="cleanflush-ab-")  # a job may chdir
     shutil.rmtree(os.path.join(work, "calls"), ignore_errors=True)  # no record of another ab's calls
-    done = _Runs({STOCK: [], policy: []})
+    done = _Runs({STOCK_POLICY: [], policy: []})
     interrupted, end_to_end, prices, started = False, None, None, time.monotonic()
     try:
-        plan = [s for _ in range(runs) for s in (STOCK, policy)]
+        plan = [s for _ in range(runs) for s in (STOCK_POLICY, policy)]
         for index, side in enumerate(plan, 1):
             _say_progress(index, len(plan), side, started)
             _one_run(command, base, os.path.join(work, f"run{index}-{side}"), side, job_stdout, done)
@@ -246,7 +247,9 @@ def _record(
         "run_codes": done.codes,
         "skipped_lines": done.skipped,
         "not_patched": not_patched(),
-        "comparison": compare(done.sides[STOCK][:compared], done.sides[policy][:compared], policy, prices, min_effect),
+        "comparison": compare(
+            done.sides[STOCK_POLICY][:compared], done.sides[policy][:compared], policy, prices, min_effect
+        ),
         "pricing_s": done.pricing_s,
     }
 
@@ -255,7 +258,7 @@ def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[di
     """The independent prices of every decision the runs picked differently (``_ab_prices``),
     timed in a process of its own; each decision that cannot be priced says why."""
     compared = done.compared(policy)
-    wanted = to_price(done.sides[STOCK][:compared], done.sides[policy][:compared])
+    wanted = to_price(done.sides[STOCK_POLICY][:compared], done.sides[policy][:compared])
     unpriced = [{"key": w["key"], "error": w["error"] or "not priced"} for w in wanted]
     if not any(w["file"] for w in wanted):
         return unpriced

@@ -26,9 +26,9 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from ._policies import STOCK_POLICY
 from ._stats import quartiles
 
-STOCK = "write"
 MIN_EFFECT = 0.02  # the practical floor: a stock pick this much slower or less does not matter
 # The smallest noise a price is trusted to: rounds that agree exactly (a timer's resolution)
 # still leave this much.
@@ -119,7 +119,7 @@ def classify_priced(
     slower = min(prices[p]["us"] for p in s_picks) / max(prices[p]["us"] for p in c_picks) - 1
     faster = min(prices[p]["us"] for p in c_picks) / max(prices[p]["us"] for p in s_picks) - 1
     found: dict[str, Any] = {"noise": noise, "rounds": price.get("rounds"), "gap": slower}
-    apart = [name for name, picks in ((STOCK, s_picks), (side, c_picks)) if _side_apart(prices, picks, noise)]
+    apart = [name for name, picks in ((STOCK_POLICY, s_picks), (side, c_picks)) if _side_apart(prices, picks, noise)]
     if slower > noise and side not in apart:
         cls = CHANGED if slower > min_effect else NEGLIGIBLE
         why = f"every stock pick is {slower:+.1%} or more slower than every {side} pick by its price"
@@ -193,7 +193,7 @@ def classify_by_clean_timing(
         if len(set(s_win)) == 1:
             return {**NO_COST, "class": UNCHANGED, "reason": f"every run picked {named}"}
         why = f"the stock runs disagree ({_picks(s_win)}); every {side} run picked {named}"
-        return {**NO_COST, "class": UNSTABLE, "unstable_side": STOCK, "reason": why}
+        return {**NO_COST, "class": UNSTABLE, "unstable_side": STOCK_POLICY, "reason": why}
     timed = {pick: _slower(clean, pick, c_win[0]) for pick in sorted(set(s_win))}
     per_pick = {pick: r for pick, r in timed.items() if r is not None}
     if len(per_pick) < len(timed):
@@ -358,7 +358,7 @@ def _agreement(
     many by price (picks within the noise of each other are one choice)."""
     by_key = {(d["kind"], d["op"], d["key"]): d for d in decisions}
     found = {}
-    for name, records, count in ((STOCK, stock, stock_count), ("clean", clean, clean_count)):
+    for name, records, count in ((STOCK_POLICY, stock, stock_count), ("clean", clean, clean_count)):
         made = [k for k in records if k in by_key and len(records[k]) == count]
         picks = {k: {d["winner"] for d in records[k]} for k in made}
         alike = sum(len(picks[k]) == 1 for k in made)

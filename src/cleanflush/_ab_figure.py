@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._ab_compare import STOCK
 from ._ab_report import short
+from ._policies import STOCK_POLICY
 
 
 def draw(result: dict[str, Any], path: str) -> str | None:
@@ -24,7 +24,7 @@ def draw(result: dict[str, Any], path: str) -> str | None:
     _agreement(agree, result)
     _costs(cost, result["comparison"])
     _end_to_end(e2e, result.get("end_to_end") or {}, result["policy"])
-    fig.suptitle(f"cleanflush ab: stock ({STOCK}) vs {result['policy']}")
+    fig.suptitle(f"cleanflush ab: stock ({STOCK_POLICY}) vs {result['policy']}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -33,7 +33,7 @@ def draw(result: dict[str, Any], path: str) -> str | None:
 
 def _agreement(ax: Any, result: dict[str, Any]) -> None:
     a = result["comparison"]["agreement"]
-    sides = [(STOCK, a[STOCK]), (result["policy"], a["clean"])]
+    sides = [(STOCK_POLICY, a[STOCK_POLICY]), (result["policy"], a["clean"])]
     ax.bar(range(2), [s["made_in_every_run"] for _, s in sides], color="#ddd", label="decisions")
     ax.bar(range(2), [s["agree"] for _, s in sides], color=["#c44", "#48c"], label="runs agree")
     ax.set_xticks(range(2), [name for name, _ in sides])

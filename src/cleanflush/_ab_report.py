@@ -8,7 +8,8 @@ from collections import Counter
 from typing import Any
 
 from . import _ab_programs
-from ._ab_compare import CLEAN_SLOWER, NEGLIGIBLE, STOCK, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE
+from ._ab_compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE
+from ._policies import STOCK_POLICY
 
 COMPARED = ("triton", "inductor")  # the targets whose flushes decide what ab compares
 
@@ -43,7 +44,8 @@ def _header(result: dict[str, Any]) -> list[str]:
     priced = sum(d["priced"] for d in cmp["decisions"])
     return [
         f"cleanflush ab: {shown(result['command'])}",
-        f"  stock flush ({STOCK}) against {policy}, {result['runs']} run(s) each, interleaved, fresh caches per run",
+        f"  stock flush ({STOCK_POLICY}) against {policy}, {result['runs']} run(s) each, interleaved, "
+        "fresh caches per run",
         *_not_patched_lines(result.get("not_patched", []), policy),
         "",
         f"autotuning decisions matched in both: {len(cmp['decisions'])} "
@@ -59,9 +61,10 @@ def _decisions_lines(cmp: dict[str, Any], policy: str, runs: int) -> list[str]:
             "torch.compile mode='max-autotune')?"
         ]
     a = cmp["agreement"]
+    stock = a[STOCK_POLICY]
     lines = [
-        f"reproducible: stock runs agree on {a[STOCK]['agree']} of {a[STOCK]['made_in_every_run']} decisions "
-        f"({a[STOCK]['agree_by_price']} by price), {policy} runs on {a['clean']['agree']} of "
+        f"reproducible: stock runs agree on {stock['agree']} of {stock['made_in_every_run']} decisions "
+        f"({stock['agree_by_price']} by price), {policy} runs on {a['clean']['agree']} of "
         f"{a['clean']['made_in_every_run']} ({a['clean']['agree_by_price']} by price)"
         + ("" if runs > 1 else " (one run a side: nothing to agree with)")
     ]
@@ -178,7 +181,7 @@ def _end_to_end_lines(e2e: dict[str, Any] | None, policy: str) -> list[str]:
             judged += f" (programs tuned under the same flush differ by up to {max(noise):.1%})"
         lines.append(
             f"  {g['name']}: {r['median'] - 1:+.1%} (q1 {r['q1'] - 1:+.1%}, q3 {r['q3'] - 1:+.1%}), "
-            f"{g['ms'][STOCK]:.3f} ms against {g['ms'][policy]:.3f} ms: {judged}"
+            f"{g['ms'][STOCK_POLICY]:.3f} ms against {g['ms'][policy]:.3f} ms: {judged}"
         )
     head = (
         f"end to end: the programs tuned under the stock flush against those tuned under {policy} "

@@ -29,6 +29,8 @@ import os
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from ._policies import DEFAULT_POLICY, POLICIES
+
 POLICY_VAR = "CLEANFLUSH"
 DISABLE_VAR = "CLEANFLUSH_DISABLE"
 REPORT_VAR = "CLEANFLUSH_REPORT"
@@ -36,10 +38,6 @@ DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
 CALLS_VAR = "CLEANFLUSH_AB_CALLS"
 VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR, CALLS_VAR)
 
-POLICIES = ("write-read", "read", "write")
-# The default: the stock write, then a clean read (docs/decisions/default-policy.md has the
-# trade-off against `read`).
-DEFAULT_POLICY = "write-read"
 
 # The values that switch cleanflush off are written once, in the start-up hook, which reads
 # them before anything is imported.  Looked up, not imported by name: that module imports

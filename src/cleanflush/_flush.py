@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _hold, _read, _seam
+from . import _hold, _policies, _read, _seam
 from ._policy import current_policy
 from ._state import TargetStatus, count_flush, on_reset, warn_once
 
@@ -75,9 +75,9 @@ def flush(
     the write.  ``one_kernel``: write-read as one kernel, for timers that subtract a range
     around the flush (TileLang's CUPTI timer: two kernels leave a gap in it).
     """
-    policy = current_policy()
-    if policy == "write":
-        return _counted(label, "write", write)
+    policy = _policies.get(current_policy())
+    if not policy.reads:
+        return _counted(label, policy.name, write)
     if cache is not None:
         found = _size_of(cache)
         if isinstance(found, str):
@@ -87,26 +87,26 @@ def flush(
         return fall_back(label, "it flushed with no device to read on", write or _nothing)
     try:
         entry = _read.prepare(device)
-        if one_kernel and policy == "write-read" and _one_kernel(label, entry, cache):
+        if one_kernel and policy.writes and _one_kernel(label, entry, cache):
             return None
         capturing = _hold.capturing(device)
         hold = _hold.hold_ns(device, entry.handshake, capturing)  # before the write, which fills the stream
-        head = _owned_head(entry, cache) if policy == "write-read" and write_part is not None else None
+        head = _owned_head(entry, cache) if policy.shrinks_owned_write and write_part is not None else None
     except Exception as exc:  # our own preparation must never break the benchmark: the stock write
         return _without_read(label, device, exc, write)
     result, written = _write(policy, write, write_part, head, written)
     try:
-        nbytes = _read.read_bytes(entry.l2, entry.l2 if written is None else written, owned=head is not None)
-        _read.read(entry, _region(entry, nbytes, cache), hold, capturing)
+        entry.read(_region(entry, entry.read_bytes(written), cache), hold, capturing)
     except Exception as exc:  # the read must never break the benchmark: the stock write stands in
-        whole = policy == "write-read" and head is None and write is not None  # the stock write ran whole
+        whole = policy.writes and head is None and write is not None  # the stock write ran whole
         return _without_read(label, device, exc, None if whole else write, result)
-    count_flush(label, policy if write is not None else "write-read")
+    # a write inline in the harness has run whatever the policy: what ran is a write-read
+    count_flush(label, policy.name if write is not None else _policies.WRITE_READ.name)
     return result
 
 
 def _write(
-    policy: str,
+    policy: _policies.Policy,
     write: Callable[[], Any] | None,
     write_part: Callable[[torch.Tensor], Any] | None,
     head: torch.Tensor | None,
@@ -115,9 +115,9 @@ def _write(
     """The write before the read, as ``policy`` says: (what it returned, the bytes written)."""
     if head is not None and write_part is not None:
         return write_part(head), head.numel() * head.element_size()
-    if policy == "write-read" or write is None:  # an inline write has run: the read follows it
+    if policy.writes or write is None:  # an inline write has run: the read follows it
         return (write() if write is not None else None), written
-    return None, 0  # read: nothing written
+    return None, 0  # nothing written
 
 
 def prepare(device: torch.device, one_kernel: bool = False) -> str | None:
@@ -161,23 +161,17 @@ def _size_of(cache: Any) -> tuple[torch.device, int] | str:
 
 def _owned_head(entry: _read.ReadBuffer, cache: Any, needs_hold: bool = True) -> torch.Tensor | None:
     """The part of ``cache`` a write-read writes where cleanflush owns the write: its first
-    ``owned_write_bytes``, as a tensor on its storage (``_read.Views.head``).  None (the whole
-    stock write) where the read cannot hold the stream (``needs_hold``: then only the stock
-    write's bytes keep the GPU busy while the host queues), where verify's seam chooses the
-    read region, or where the cache is not one contiguous tensor larger than that."""
-    if cache is None or _seam.chosen() is not None:
+    ``owned_write_bytes``.  None (the whole stock write) where the read cannot hold the stream
+    (``needs_hold``: then only the stock write's bytes keep the GPU busy while the host
+    queues), where verify's seam chooses the read region, or where the cache has no such head."""
+    if cache is None or _seam.chosen() is not None or (needs_hold and not entry.can_hold):
         return None
-    if (needs_hold and entry.held is None) or not cache.is_contiguous():
-        return None
-    count = owned_write_bytes(entry.l2) // cache.element_size()
-    if not 0 < count < cache.numel():
-        return None
-    return entry.views.head(cache, count)
+    return entry.owned_head(cache, owned_write_bytes(entry.l2))
 
 
 def _region(entry: _read.ReadBuffer, nbytes: int, cache: Any) -> torch.Tensor:
     """The float32 elements a read of ``nbytes`` sums (what verify's seam says, where it is set)."""
-    data = entry.views.span(entry.buffer, nbytes // 4)
+    data = entry.region(nbytes)
     choose = _seam.chosen()
     return data if choose is None else choose(cache, data, entry.l2)
 
@@ -198,7 +192,7 @@ def _one_kernel(label: str, entry: _read.ReadBuffer, cache: Any) -> bool:
         written = words.numel() * words.element_size()
         if not words.is_contiguous() or written % 4:
             raise _read.ReadUnavailable("its cache is not a contiguous whole number of 4-byte words")
-        data = _region(entry, _read.read_bytes(entry.l2, written, owned=head is not None), cache)
+        data = _region(entry, _read.read_bytes(entry.l2, written, held=head is not None), cache)
         kernel(words.view(-1).view(torch.int32), data, entry.sink)
     except Exception as exc:  # the two kernels of a flush do the same work, with a gap the timer sees
         reason = _read.one_line(exc)
@@ -210,7 +204,7 @@ def _one_kernel(label: str, entry: _read.ReadBuffer, cache: Any) -> bool:
             key=f"write-read:{label}:{cache.device}",
         )
         return False
-    count_flush(label, "write-read")
+    count_flush(label, _policies.WRITE_READ.name)
     return True
 
 
@@ -227,7 +221,7 @@ def _without_read(
     )
     if write is not None:
         result = write()
-    count_flush(label, "write")
+    count_flush(label, _policies.WRITE.name)
     return result
 
 
@@ -245,7 +239,7 @@ def fall_back(label: str, why: str, stock: Callable[[], Any], counted: bool = Tr
     _said(label, why, f"{label}: {why}; its stock flush runs", key=f"stock:{label}")
     result = stock()
     if counted:
-        count_flush(label, "write")
+        count_flush(label, _policies.WRITE.name)
     return result
 
 

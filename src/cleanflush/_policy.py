@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from . import _env
-from ._env import DEFAULT_POLICY, POLICIES, POLICY_VAR
+from ._env import POLICY_VAR
+from ._policies import DEFAULT_POLICY, POLICIES
 from ._state import STATE, on_reset
 
 __all__ = ["DEFAULT_POLICY", "POLICIES", "check", "current_policy", "default", "export", "policy", "set_default"]

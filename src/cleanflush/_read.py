@@ -45,12 +45,12 @@ def l2_bytes(device: torch.device) -> int:
     return 0
 
 
-def read_bytes(l2: int, written: int, owned: bool = False) -> int:
+def read_bytes(l2: int, written: int, held: bool = False) -> int:
     """Bytes the read must cover after ``written`` bytes of write: 2 x L2, which evicts every
-    dirty line, and after a stock write also the rest of the stock write's bytes, which keep
-    the GPU busy while the host queues.  After a write cleanflush shrank (``owned``) the
-    read's hold does that instead."""
-    return 2 * l2 if owned else max(2 * l2, STOCK_FLUSH_BYTES - written)
+    dirty line.  Where the read cannot hold the stream (``held`` False), also the rest of the
+    stock write's bytes, which keep the GPU busy while the host queues; where it can, the
+    hold does that (``_hold``) and the read is no longer than eviction needs."""
+    return 2 * l2 if held else max(2 * l2, STOCK_FLUSH_BYTES - written)
 
 
 def buffer_bytes(l2: int) -> int:
@@ -109,6 +109,47 @@ class ReadBuffer:
     views: Views = field(default_factory=Views)
     write_read: WriteRead | str | None = None  # the one-kernel write-read, why it cannot be, or not built yet
     captured: bool = False  # a CUDA graph captured a read of it
+
+    @property
+    def can_hold(self) -> bool:
+        """Whether a read here can hold the stream until the host's next flush (``_hold``)."""
+        return self.held is not None
+
+    def read_bytes(self, written: int | None) -> int:
+        """Bytes a read covers after ``written`` bytes of write (None: one L2 of it)."""
+        return read_bytes(self.l2, self.l2 if written is None else written, held=self.can_hold)
+
+    def region(self, nbytes: int) -> torch.Tensor:
+        """The float32 elements of this buffer a read of ``nbytes`` sums."""
+        return self.views.span(self.buffer, nbytes // 4)
+
+    def owned_head(self, cache: torch.Tensor, nbytes: int) -> torch.Tensor | None:
+        """The first ``nbytes`` of ``cache``, as a tensor on its storage (``Views.head``); None
+        where the cache is not one contiguous tensor larger than that."""
+        count = nbytes // cache.element_size()
+        if not cache.is_contiguous() or not 0 < count < cache.numel():
+            return None
+        return self.views.head(cache, count)
+
+    def read(self, data: torch.Tensor, hold_ns: int, capturing: bool) -> None:
+        """Enqueue a float32 sum of ``data`` (a part of this buffer) into ``sink`` on the
+        current stream: one kernel, no allocation, no host sync.  The call lets a held read
+        before it go; with ``hold_ns``, this one holds the stream until the next call, that
+        long at most, where the device has a hold."""
+        import torch
+
+        if capturing:
+            self.captured = True
+        handshake = self.handshake
+        call = handshake.call() if handshake is not None else 0
+        if hold_ns and self.held is not None:
+            self.held(data, self.sink, call, hold_ns)
+        elif self.sweep is not None:
+            self.sweep(data, self.sink, call)
+        else:
+            torch.sum(data, dim=0, out=self.sink)
+        if handshake is not None:
+            handshake.left()
 
 
 @dataclass
@@ -248,27 +289,6 @@ def _allocate_outside_pools(device: torch.device, numel: int) -> tuple[torch.Ten
     if isinstance(made[0], BaseException):
         raise made[0]
     return made[0]
-
-
-def read(entry: ReadBuffer, data: torch.Tensor, hold_ns: int, capturing: bool) -> None:
-    """Enqueue a float32 sum of ``data`` (a part of ``entry.buffer``) into ``entry.sink`` on
-    the current stream: one kernel, no allocation, no host sync.  The call lets a held read
-    before it go; with ``hold_ns``, this one holds the stream until the next call, that long
-    at most, where the device has a hold."""
-    import torch
-
-    if capturing:
-        entry.captured = True
-    handshake = entry.handshake
-    call = handshake.call() if handshake is not None else 0
-    if hold_ns and entry.held is not None:
-        entry.held(data, entry.sink, call, hold_ns)
-    elif entry.sweep is not None:
-        entry.sweep(data, entry.sink, call)
-    else:
-        torch.sum(data, dim=0, out=entry.sink)
-    if handshake is not None:
-        handshake.left()
 
 
 def write_read_kernel(entry: ReadBuffer) -> WriteRead:

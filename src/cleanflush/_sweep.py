@@ -24,9 +24,14 @@ import triton.language as tl
 
 # The kernel below is named as _read.READ_KERNEL says (checked by a test): _read must know
 # the name without importing triton, and this module imports nothing of cleanflush's.
+# The read's launch: the fastest of a grid of tile sizes, warps, programs per SM and tiles per
+# step at 2 x L2 (benchmarks/readkernel.py).
 BLOCK = 4096  # float32 elements per program and step: 16 KiB, 128-bit loads
-WARPS = 8
-PROGRAMS_PER_SM = 4  # enough loads in flight to stream HBM at full rate
+WARPS = 16
+PROGRAMS_PER_SM = 4
+UNROLL = 1  # tiles loaded per step: more in flight gained nothing
+# The one-kernel write-read waits for all its programs, so all must be resident at once: fewer warps.
+WRITE_READ_WARPS = 8
 
 Sweep = Callable[[torch.Tensor, torch.Tensor, int], None]  # (data, sink, call)
 L = TypeVar("L", bound=Callable[..., None])
@@ -40,7 +45,9 @@ def _nanoseconds():  # type: ignore[no-untyped-def]
 # ``n`` changes with the bytes written before the read and ``call`` with every flush: neither
 # is a new specialisation (nor is ``hold_ns``, fixed in one process).
 @triton.jit(do_not_specialize=["n", "call", "hold_ns"])  # type: ignore[untyped-decorator]
-def cleanflush_l2_sweep(src, sink, n, signal, call, hold_ns, BLOCK: tl.constexpr, HOLD: tl.constexpr):  # type: ignore[no-untyped-def]
+def cleanflush_l2_sweep(  # type: ignore[no-untyped-def]
+    src, sink, n, signal, call, hold_ns, BLOCK: tl.constexpr, HOLD: tl.constexpr, UNROLL: tl.constexpr
+):
     # Each program strides over the buffer and adds its partial sum to one scalar: every
     # line is loaded, and nothing but that scalar (and the signal) is written.
     # ``signal``: the handshake's two int64 of pinned host memory (``_hold``).  [0]: the host's
@@ -51,12 +58,13 @@ def cleanflush_l2_sweep(src, sink, n, signal, call, hold_ns, BLOCK: tl.constexpr
     first = tl.program_id(0) == 0
     if first:
         tl.store(signal + 1, call, cache_modifier=".wt")
-    start = tl.program_id(0) * BLOCK
-    step = tl.num_programs(0) * BLOCK
+    start = tl.program_id(0) * (BLOCK * UNROLL)
+    step = tl.num_programs(0) * (BLOCK * UNROLL)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for offset in range(start, n, step):
-        index = offset + tl.arange(0, BLOCK)
-        acc += tl.load(src + index, mask=index < n, other=0.0)
+        for part in tl.static_range(UNROLL):
+            index = offset + part * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(src + index, mask=index < n, other=0.0)
     tl.atomic_add(sink, tl.sum(acc, axis=0))
     if HOLD:  # noqa: SIM102 (a constexpr test, folded at compile time, around a runtime one)
         # one program keeps the stream busy until the host makes its next read call (by then
@@ -121,7 +129,15 @@ def build_write_read(buffer: torch.Tensor, sink: torch.Tensor, programs: int) ->
 
     def launch(words: torch.Tensor, data: torch.Tensor, out: torch.Tensor) -> None:
         cleanflush_l2_write_read[grid](
-            words, words.numel(), data, data.numel(), out, arrived, BLOCK=BLOCK, SPINS=MAX_SPINS, num_warps=WARPS
+            words,
+            words.numel(),
+            data,
+            data.numel(),
+            out,
+            arrived,
+            BLOCK=BLOCK,
+            SPINS=MAX_SPINS,
+            num_warps=WRITE_READ_WARPS,
         )
 
     written, read = buffer[: 2 * BLOCK + 3], buffer[2 * BLOCK + 3 : 5 * BLOCK + 8]
@@ -156,7 +172,7 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, progra
             return build(buffer, sink, signal, programs)
     grid = (programs, 1, 1)  # fixed: programs past the end add 0, and one launcher serves all
     compiled = cleanflush_l2_sweep[grid](
-        buffer, sink, buffer.numel(), signal, 0, 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS
+        buffer, sink, buffer.numel(), signal, 0, 0, BLOCK=BLOCK, HOLD=False, UNROLL=UNROLL, num_warps=WARPS
     )
     runner = compiled[grid] if hasattr(compiled, "__getitem__") else None  # None: Triton's interpreter
     # Launching the compiled kernel directly costs the host less than the JIT's own launch, and
@@ -165,10 +181,12 @@ def build(buffer: torch.Tensor, sink: torch.Tensor, signal: torch.Tensor, progra
     # included from 3.3), so each form is checked by its sum.
     launches: dict[str, Sweep] = {}
     if runner is not None:
-        launches["direct"] = lambda data, out, call: runner(data, out, data.numel(), signal, call, 0, BLOCK, False)
+        launches["direct"] = lambda data, out, call: runner(
+            data, out, data.numel(), signal, call, 0, BLOCK, False, UNROLL
+        )
         launches["direct without constexprs"] = lambda data, out, call: runner(data, out, data.numel(), signal, call, 0)
     launches["jit"] = lambda data, out, call: cleanflush_l2_sweep[grid](
-        data, out, data.numel(), signal, call, 0, BLOCK=BLOCK, HOLD=False, num_warps=WARPS
+        data, out, data.numel(), signal, call, 0, BLOCK=BLOCK, HOLD=False, UNROLL=UNROLL, num_warps=WARPS
     )
     launch = _first_working(launches, lambda launch: _sums_wrong(launch, buffer, sink, signal))
     return _on_device_of(buffer.device.index, launch)
@@ -220,16 +238,20 @@ def build_held(
         with torch.cuda.device(buffer.device.index):
             return build_held(buffer, sink, signal, programs, check_ns)
     grid = (programs, 1, 1)
-    compiled = cleanflush_l2_sweep[grid](buffer, sink, 0, signal, 0, 0, BLOCK=BLOCK, HOLD=True, num_warps=WARPS)
+    compiled = cleanflush_l2_sweep[grid](
+        buffer, sink, 0, signal, 0, 0, BLOCK=BLOCK, HOLD=True, UNROLL=UNROLL, num_warps=WARPS
+    )
     runner = compiled[grid] if hasattr(compiled, "__getitem__") else None
     launches: dict[str, HeldSweep] = {}
     if runner is not None:  # as for the sweep: the direct launch costs the host less
-        launches["direct"] = lambda data, out, call, ns: runner(data, out, data.numel(), signal, call, ns, BLOCK, True)
+        launches["direct"] = lambda data, out, call, ns: runner(
+            data, out, data.numel(), signal, call, ns, BLOCK, True, UNROLL
+        )
         launches["direct without constexprs"] = lambda data, out, call, ns: runner(
             data, out, data.numel(), signal, call, ns
         )
     launches["jit"] = lambda data, out, call, ns: cleanflush_l2_sweep[grid](
-        data, out, data.numel(), signal, call, ns, BLOCK=BLOCK, HOLD=True, num_warps=WARPS
+        data, out, data.numel(), signal, call, ns, BLOCK=BLOCK, HOLD=True, UNROLL=UNROLL, num_warps=WARPS
     )
     launch = _first_working(launches, lambda launch: _holds_wrong(launch, buffer, sink, signal, check_ns))
     return _on_device_of(buffer.device.index, launch)

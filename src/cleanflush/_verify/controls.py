@@ -31,7 +31,7 @@ import cleanflush
 
 from .._seam import read_region
 
-STOCK = "stock"
+UNINSTALLED = "stock"  # the candidate timed with cleanflush uninstalled (not the policy `write`)
 CONTROLS = (
     "control: stock write",
     "control: read of the zeroed tail",
@@ -64,7 +64,7 @@ def _failing(cache: Any, region: Any, l2: int) -> Any:
 @contextlib.contextmanager
 def flushing(name: str) -> Iterator[None]:
     """Run the block with do_bench flushing as ``name`` says."""
-    if name == STOCK or name == "control: stock write":
+    if name == UNINSTALLED or name == "control: stock write":
         with cleanflush.policy("write"):
             yield
     elif name in cleanflush.POLICIES:
@@ -81,4 +81,4 @@ def flushing(name: str) -> Iterator[None]:
             warnings.simplefilter("ignore")  # the fallback warning is the point here, not news
             yield
     else:
-        raise ValueError(f"unknown flush {name!r}; valid: {STOCK}, {', '.join(cleanflush.POLICIES + CONTROLS)}")
+        raise ValueError(f"unknown flush {name!r}; valid: {UNINSTALLED}, {', '.join(cleanflush.POLICIES + CONTROLS)}")

@@ -11,8 +11,8 @@ from typing import Any
 
 import cleanflush
 
-from .. import _stats
-from .controls import CONTROLS, STOCK, flushing
+from .. import _policies, _stats
+from .controls import CONTROLS, UNINSTALLED, flushing
 from .probe import GpuProbe
 from .verdict import new_record
 
@@ -44,7 +44,9 @@ class Options:
 def candidates(options: Options) -> list[str]:
     """What verify times do_bench under, beside the stock flush."""
     if options.controls:
-        return list(cleanflush.POLICIES[:2]) + list(CONTROLS)  # write-read, read, then the controls
+        return [p.name for p in _policies.BY_NAME.values() if p.reads] + list(
+            CONTROLS
+        )  # the clean ones, then the controls
     return [cleanflush.current_policy()]
 
 
@@ -113,7 +115,7 @@ def measure(options: Options, progress: Callable[[str], None]) -> dict[str, Any]
     record["flushes"] = _timed_rounds(options, names, fn, inductor, record["timings_us"], progress)
     if options.ncu:
         progress("Nsight Compute: DRAM bytes the timed GEMM writes after each flush")
-        record["ncu"] = _ncu(options, [STOCK, *names])
+        record["ncu"] = _ncu(options, [UNINSTALLED, *names])
     return record
 
 
@@ -183,7 +185,7 @@ def _timed_rounds(
     from .. import _measure
 
     device, dtype = torch.device("cuda", options.device), getattr(torch, options.dtype)
-    flushes: dict[str, dict[str, int]] = {name: {} for name in [STOCK, *names]}
+    flushes: dict[str, dict[str, int]] = {name: {} for name in [UNINSTALLED, *names]}
 
     def do_bench() -> float:
         return _stats.central_mean(triton.testing.do_bench(fn, return_mode="all")) * 1e3
@@ -194,7 +196,7 @@ def _timed_rounds(
 
     for r in range(options.rounds):
         progress(f"round {r + 1}/{options.rounds}")
-        timed("do_bench", STOCK, do_bench)
+        timed("do_bench", UNINSTALLED, do_bench)
         for name in names:
             timed("do_bench", name, do_bench)
             # right after the candidate: the verdict compares the two round by round
@@ -202,7 +204,7 @@ def _timed_rounds(
             t["reference"].setdefault(name, []).append(_stats.central_mean(reference))
             t["reference_min"].setdefault(name, []).append(min(reference))
             if inductor is not None:
-                timed("inductor", STOCK, lambda: inductor.benchmark_gpu(fn) * 1e3)
+                timed("inductor", UNINSTALLED, lambda: inductor.benchmark_gpu(fn) * 1e3)
                 timed("inductor", name, lambda: inductor.benchmark_gpu(fn) * 1e3)
         graph = _measure.rotating_weight_graph(options.n, options.k, dtype, device, replays=10)
         t["rotating_graph"].append(1e3 * statistics.median(graph))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._stats import quartiles
-from .controls import STOCK
+from .controls import UNINSTALLED
 from .verdict import PASS_SHARE, expected, penalty_share
 
 
@@ -55,13 +55,13 @@ def timings(record: dict[str, Any]) -> list[str]:
     ref = quartiles(t["reference"][first])[1]
     rows: list[tuple[str, ...]] = [("method", "stat", "median us", "q1-q3 us", "vs clean ref")]
     for name, values in t["do_bench"].items():
-        label = "stock flush" if name == STOCK else name
+        label = "stock flush" if name == UNINSTALLED else name
         rows.append(
             _row(f"do_bench, {label}", "mean", values, quartiles(t["reference"].get(name, t["reference"][first]))[1])
         )
     for name, values in t.get("inductor", {}).items():
-        label = "stock flush" if name == STOCK else name
-        ref_min = quartiles(t["reference_min"][first if name == STOCK else name])[1]
+        label = "stock flush" if name == UNINSTALLED else name
+        ref_min = quartiles(t["reference_min"][first if name == UNINSTALLED else name])[1]
         rows.append(_row(f"Inductor benchmark_gpu, {label}", "min", values, ref_min))
     rows.append(_row("reference: plain read loop", "mean", t["reference"][first], None))
     if t.get("inductor"):
@@ -107,7 +107,7 @@ def format_controls(record: dict[str, Any], verdicts: dict[str, Any]) -> str:
     ncu = record.get("ncu") or {}
     rows: list[tuple[str, ...]] = [("flush", "must be", "judged", "ok", "penalty removed", "margin", "ncu MB")]
     for name, v in verdicts["candidates"].items():
-        share = penalty_share(t["do_bench"][STOCK], t["do_bench"][name], t["reference"][name])["share"]
+        share = penalty_share(t["do_bench"][UNINSTALLED], t["do_bench"][name], t["reference"][name])["share"]
         margin = "" if v["margin"] is None else f"{v['margin']:+.2f}"
         mb = f"{ncu[name]:.3f}" if name in ncu else "-"
         ok = "yes" if v["result"] == expected(name) else "WRONG"
@@ -136,7 +136,7 @@ def _row_of(record: dict[str, Any]) -> tuple[str, ...]:
     """One table row: the GEMM, what the stock flush costs and what the candidate left."""
     k, t, v = record["kernel"], record["timings_us"], record["verdict"]
     name = record["candidates"][0]
-    shares = penalty_share(t["do_bench"][STOCK], t["do_bench"][name], t["reference"][name])
+    shares = penalty_share(t["do_bench"][UNINSTALLED], t["do_bench"][name], t["reference"][name])
     shape = f"cuda:{k['device']}  {k['n']} x {k['k']} {k['dtype']}"
     penalty = f"{shares['penalty_us']:+.2f} ({shares['penalty_us'] / shares['reference_us']:+.1%})"
     if "candidates" in v:  # a controls run: how many flushes were judged as they must be

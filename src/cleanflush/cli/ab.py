@@ -9,13 +9,14 @@ import os
 import subprocess
 import sys
 
-from .. import _ab, _env
-from .._ab_compare import MIN_EFFECT, STOCK
+from .. import _ab, _policies
+from .._ab_compare import MIN_EFFECT
 from .._ab_report import format_report
+from .._policies import STOCK_POLICY
 from ._output import EXIT_USAGE, emit, json_option, output_problem, text_stream
 from .run import command_of, policy_name
 
-CLEAN = tuple(p for p in _env.POLICIES if p != STOCK)
+CLEAN = tuple(p.name for p in _policies.BY_NAME.values() if p.reads)
 
 
 def clean_policy(text: str) -> str:
@@ -61,8 +62,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ab.add_argument(
         "--policy",
         type=clean_policy,
-        default=_env.DEFAULT_POLICY,
-        help=f"the clean side: {' or '.join(CLEAN)} (default {_env.DEFAULT_POLICY})",
+        default=_policies.DEFAULT_POLICY,
+        help=f"the clean side: {' or '.join(CLEAN)} (default {_policies.DEFAULT_POLICY})",
     )
     ab.add_argument(
         "--runs",
@@ -104,7 +105,7 @@ def _keep_problem(keep: str | None, policy: str, runs: int) -> str | None:
     if os.path.exists(keep) and not os.path.isdir(keep):
         return f"--keep {keep!r} is a file, not a directory"
     for index in range(1, 2 * runs + 1):
-        folder = os.path.join(keep, f"run{index}-{STOCK if index % 2 else policy}")
+        folder = os.path.join(keep, f"run{index}-{STOCK_POLICY if index % 2 else policy}")
         if os.path.exists(folder) and not os.path.isdir(folder):
             return f"--keep {keep!r} holds a file where run {index}'s folder goes ({folder!r})"
     return None

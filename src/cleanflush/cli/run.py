@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .. import _env, _policy, _registry
+from .. import _env, _policies, _policy, _registry
 from ._output import EXIT_USAGE, output_problem
 
 
@@ -46,8 +46,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument(
         "--policy",
         type=policy_name,
-        default=_env.DEFAULT_POLICY,
-        help=f"{', '.join(_env.POLICIES)} (default {_env.DEFAULT_POLICY})",
+        default=_policies.DEFAULT_POLICY,
+        help=f"{', '.join(_policies.POLICIES)} (default {_policies.DEFAULT_POLICY})",
     )
     run.add_argument(
         "--report", metavar="FILE", help=f"each process that flushed appends a JSON line ({_env.REPORT_VAR})"

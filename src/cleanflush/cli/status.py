@@ -21,7 +21,7 @@ from typing import Any
 
 import cleanflush
 
-from .. import _env, _registry, _targets
+from .. import _env, _policies, _registry, _targets
 from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, json_option, output_problem
 
 SCHEMA = 2
@@ -67,7 +67,7 @@ def programs_get(value: str | None) -> tuple[str | None, str]:
     if value is None or not value.strip():
         return None, (
             f"{_env.POLICY_VAR} is unset: programs keep the stock flush unless they import "
-            f"cleanflush (then {_env.DEFAULT_POLICY})"
+            f"cleanflush (then {_policies.DEFAULT_POLICY})"
         )
     if chosen is None:
         return None, f"{_env.POLICY_VAR}={value}: off, even for programs that import cleanflush"

@@ -16,9 +16,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .. import _flush
+from .. import _flush, _policies
 from .._policy import current_policy
 from .._read import READ_KERNEL
+from . import current_cuda_device
 from ._function import ModuleFunction
 
 FLUSH_BYTES = int(8e9 // 4) * 4  # its int32 buffer of 8e9 bytes, on the current CUDA device
@@ -26,9 +27,7 @@ FLUSH_BYTES = int(8e9 // 4) * 4  # its int32 buffer of 8e9 bytes, on the current
 
 def cuda_device() -> Any:
     """Where the stock write goes (``device="cuda"``): the current CUDA device."""
-    import torch
-
-    return torch.device("cuda", torch.cuda.current_device())
+    return current_cuda_device()
 
 
 def clean_fn(fn: Callable[[], Any], device: Any, target: str) -> Callable[[], Any]:
@@ -80,7 +79,7 @@ class BenchKineto(ModuleFunction):
         given = call.arguments
         if "fn" not in given or "flush_l2" not in given:
             return self._stock("its signature has no fn or flush_l2", wrapped, args, kwargs)
-        if not given["flush_l2"] or current_policy() == "write":
+        if not given["flush_l2"] or not _policies.get(current_policy()).reads:
             return wrapped(*args, **kwargs)
         names = given.get("kernel_names")
         names = (names,) if isinstance(names, str) else names

@@ -21,6 +21,7 @@ import wrapt
 from .. import _flush, _patching
 from .._registry import name_of
 from .._state import Site
+from . import current_cuda_device
 
 NAME = name_of(__name__)
 MODULE = "cutlass.testing"
@@ -59,7 +60,7 @@ def where(handle: int) -> tuple[Any, Any]:
     context cutlass.testing allocated its buffer in."""
     import torch
 
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = current_cuda_device()
     if torch.cuda.current_stream(device).cuda_stream == handle:
         # the usual case (its default stream): a stream switch would cost the host time
         # that the flush's read must cover before the timed call is queued

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._registry import name_of
+from . import current_cuda_device
 from ._function import ModuleFunction
 
 FLUSH_BYTES = int(256e6) // 4 * 4  # its int32 buffer of 256e6 bytes
@@ -20,9 +21,7 @@ def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | N
     enabled = args[0] if args else kwargs.get("enabled", True)
     if not enabled:
         return None  # the harness asked for no flush
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device(
-        "cpu"
-    ), FLUSH_BYTES
+    return current_cuda_device() or torch.device("cpu"), FLUSH_BYTES
 
 
 TARGET = ModuleFunction(

@@ -21,6 +21,7 @@ from typing import Any
 from .. import _flush, _patching
 from .._registry import name_of
 from .._state import Site
+from . import current_cuda_device
 
 NAME = name_of(__name__)
 MODULE = "utils"
@@ -47,9 +48,7 @@ def _flush_call(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict
 
 def written_on() -> Any:
     """The device its write's ``"cuda"`` is: the current one (None without CUDA)."""
-    import torch
-
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+    return current_cuda_device()
 
 
 def apply() -> list[Site]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._registry import name_of
+from . import current_cuda_device
 from ._function import ModuleFunction
 
 FLUSH_BYTES = 32 * 1024 * 1024 * 8  # its (32, 1024, 1024) int64 buffer
@@ -20,7 +21,7 @@ def _where(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
 
     device = torch.device(args[0] if args else kwargs.get("device", "cuda"))
     if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+        device = current_cuda_device() or device
     return device, FLUSH_BYTES
 
 

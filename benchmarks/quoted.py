@@ -1,0 +1,217 @@
+"""The numbers README.md and the docs quote, rendered from the current H200 records.
+
+``python -m benchmarks quoted`` rewrites every block between ``<!-- quoted:NAME -->`` and
+``<!-- /quoted -->`` in README.md and docs/*.md from benchmarks/results/h200 (no GPU
+needed); ``--check`` only says which blocks differ (exit 1).  A test runs the check, so a
+record that changes without its quotes fails CI.  Each block names the study it comes from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .common import RESULTS, read_csv
+
+MiB = 1 << 20
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = RESULTS / "h200"
+PAGES = ("README.md", "docs/policies.md", "benchmarks/results/h200/README.md")
+BLOCK = re.compile(r"(<!-- quoted:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /quoted -->)", re.S)
+SHAPES = ("4096x4096", "6144x4096", "4096x14336", "28672x4096", "128256x4096")
+
+
+def _record(study: str, folder: Path) -> dict[str, Any]:
+    path = folder / f"{study}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the quoted numbers come from it (python -m benchmarks {study})")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _date(record: dict[str, Any]) -> str:
+    return str(record["machine"]["date"]).split()[0]
+
+
+def headline(folder: Path) -> str:
+    """README's table: do_bench of the five one-row GEMMs under each flush (budget study)."""
+    budget = _record("budget", folder)
+    summary = budget["summary"]
+    rows = [
+        ("stock flush (`zero_` of 256 MiB)", "stock"),
+        ("cleanflush, `write-read` (the default)", "write-read"),
+        ("cleanflush, `read`", "read"),
+        ("a plain float32 `sum()` of 256 MiB instead (the reference)", "reference"),
+    ]
+    head = "| one-row BF16 GEMM on an H200, do_bench (us) | " + " | ".join(s.replace("x", " x ") for s in SHAPES) + " |"
+    lines = [head, "|---" * (len(SHAPES) + 1) + "|"]
+    for label, key in rows:
+        lines.append(f"| {label} | " + " | ".join(f"{summary[s][key]['do_bench_us']:.2f}" for s in SHAPES) + " |")
+    over = [summary[s]["stock"]["do_bench_us/ref"] - 1 for s in SHAPES]
+    caption = (
+        f"(`budget` study of {_date(budget)}, benchmarks/results/h200: each flush through Triton's "
+        "`clear_cache`, interleaved in one process; stock over the reference "
+        + ", ".join(f"{x:+.0%}" for x in over)
+        + ".)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def penalty(folder: Path) -> str:
+    """The opening's claim: how much slower the stock flush makes the five GEMMs look."""
+    summary = _record("budget", folder)["summary"]
+    over = [summary[s]["stock"]["do_bench_us/ref"] - 1 for s in SHAPES]
+    small = [round(100 * x) for s, x in zip(SHAPES, over, strict=True) if s != "128256x4096"]
+    return _prose(
+        f"Under `triton.testing.do_bench` on an H200, one-row BF16 GEMMs look {min(small)}-{max(small)}% "
+        f"slower than they are (the 1 GB LM head {over[-1]:.0%}; the `budget` study), and because the "
+        "penalty grows with the bytes a kernel reads, autotuners pick the wrong configs (the write-up "
+        "that found the problem measured up to 40% on an A100)."
+    )
+
+
+def _prose(text: str) -> str:
+    return textwrap.fill(text, width=95, break_on_hyphens=False, break_long_words=False) + "\n"
+
+
+def cost(folder: Path) -> str:
+    """What a flush costs and what it leaves do_bench (cost and budget studies)."""
+    prices = _record("cost", folder)["prices"]
+    us = prices["us"]
+    budget = _record("budget", folder)["summary"]
+    kernel = [abs(budget[s]["write-read"]["kernel_us/ref"] - 1) for s in SHAPES]
+    samples = [budget[s]["write-read"]["samples"] / budget[s]["stock"]["samples"] for s in SHAPES]
+    floor = us["floor: write-read's bytes at the best plain read"]["us"]
+    return _prose(
+        f"On an H200 a flush of Triton's cache costs {us['write-read']['us']:.1f} us of GPU time under "
+        f"`write-read` and {us['read']['us']:.1f} us under `read`, against {us['stock']['us']:.1f} us for the "
+        f"stock write ({us['write-read']['over_stock']:.2f}x and {us['read']['over_stock']:.2f}x; a plain "
+        f"`sum()` of 2 x L2 takes {us['plain read of 2 x L2']['us']:.1f} us, and write-read's bytes at the "
+        f"best read bandwidth a plain kernel reaches here, {prices['best_plain_read_tb_per_s']:.2f} TB/s, "
+        f"{floor:.1f} us). After `write-read` the GEMM's own kernel runs within {max(kernel):.1%} of its time "
+        f"after a plain read at all five shapes, and do_bench takes {min(samples):.2f}-{max(samples):.2f}x "
+        "stock's samples (benchmarks/results/h200, `cost` and `budget`)."
+    )
+
+
+def prices_table(folder: Path) -> str:
+    """The cost study's price table: each flush's GPU time beside what bounds it."""
+    record = _record("cost", folder)
+    prices = record["prices"]
+    lines = ["| flush | us per flush (GPU) | over stock | rounds' spread (us) |", "|---|---|---|---|"]
+    for name, row in prices["us"].items():
+        spread = f"{row['spread_us']:.2f}" if "spread_us" in row else ""
+        lines.append(f"| {name} | {row['us']:.1f} | {row['over_stock']:.3f} | {spread} |")
+    caption = (
+        f"(`cost` study of {_date(record)}, {record['rounds']} rounds, medians; the best plain read "
+        f"reached {prices['best_plain_read_tb_per_s']:.2f} TB/s.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def readkernel_table(folder: Path) -> str:
+    """The read kernel's fastest launches at 2 x L2, the product's, and the plain reads."""
+    record = _record("readkernel", folder)
+    rows = read_csv(folder / "readkernel.csv")
+    sweeps = sorted((r for r in rows if r["table"] == "sweep"), key=lambda r: r["us"])
+    launch = ("block", "warps", "programs_per_sm", "unroll")
+    mine = next(r for r in sweeps if all(r[k] == record["product"][k] for k in launch))
+    best = max(r["tb_per_s"] for r in rows if r["table"] == "reference")
+
+    def row(label: str, r: dict[str, Any]) -> str:
+        return f"| {label} | {r['us']:.2f} | {r['tb_per_s']:.2f} |"
+
+    lines = ["| read | us | TB/s |", "|---|---|---|"]
+    for r in sweeps[:3]:
+        config = f"{r['block']:.0f}, {r['warps']:.0f} warps, {r['programs_per_sm']:.0f}/SM, unroll {r['unroll']:.0f}"
+        lines.append(row(f"sweep of 2 x L2: {config}", r))
+    lines.append(row("**sweep of 2 x L2, the product's launch**", mine))
+    lines.append(row("sweep of 2 x L2, the slowest launch of the grid", sweeps[-1]))
+    for r in rows:
+        if r["table"] == "reference" and r["kernel"] == "torch.sum" and r["bytes"] in (2 * record["l2"], 2048 * MiB):
+            lines.append(row(f"torch `sum()` of {r['bytes'] / MiB:.0f} MiB", r))
+    caption = (
+        f"(`readkernel` study of {_date(record)}, {len(sweeps)} launches (BLOCK, warps, programs per SM, "
+        f"unroll), {record['rounds']} rounds; the product's launch reaches {mine['tb_per_s'] / best:.0%} of "
+        f"the best plain read, {best:.2f} TB/s.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def readsize_table(folder: Path) -> str:
+    """What the read after the stock write should cover: the cost study's event loops."""
+    record = _record("cost", folder)
+    sizes = record["readsize"]
+    shapes = list(dict.fromkeys(key.split(" | ")[0] for key in sizes))
+    flushes = list(dict.fromkeys(key.split(" | ")[1] for key in sizes))
+    lines = ["| flush | " + " | ".join(f"{s} (us) | p5" for s in shapes) + " |", "|---" * (1 + 2 * len(shapes)) + "|"]
+    for flush in flushes:
+        cells = [f"{sizes[f'{s} | {flush}']['us']:.2f} | {sizes[f'{s} | {flush}']['p5_us']:.2f}" for s in shapes]
+        lines.append(f"| {flush} | " + " | ".join(cells) + " |")
+    caption = (
+        f"(`cost` study of {_date(record)}, event loop of plain tensor calls, median of {record['rounds']} rounds.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def budget_table(folder: Path) -> str:
+    """The budget study's table at every shape."""
+    record = _record("budget", folder)
+    lines = [
+        "| shape | flush | cost (us) | samples | do_bench / ref | range | kernel / ref |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for shape in SHAPES:
+        for i, (flush, row) in enumerate(record["summary"][shape].items()):
+            lines.append(
+                f"| {shape.replace('x', ' x ') if i == 0 else ''} | {flush} | {row['flush_us']:.1f} | "
+                f"{row['samples']:.0f} | {row['do_bench_us/ref']:.3f} | {row['do_bench_range/ref']:.3f} | "
+                f"{row['kernel_us/ref']:.3f} |"
+            )
+    ncu = ", ".join(f"{k} {v:.2f}" for k, v in record["ncu_write_mb"].items())
+    caption = f"(`budget` study of {_date(record)}. Nsight Compute, MB the 28672 x 4096 GEMM writes after each: {ncu}.)"
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+RENDER: dict[str, Callable[[Path], str]] = {
+    "headline": headline,
+    "penalty": penalty,
+    "cost": cost,
+    "prices": prices_table,
+    "readkernel": readkernel_table,
+    "budget": budget_table,
+    "readsize": readsize_table,
+}
+
+
+def render_page(text: str, folder: Path = H200) -> str:
+    """``text`` with every quoted block rendered from the records in ``folder``."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in RENDER:
+            raise KeyError(f"unknown quoted block {name!r}; known: {', '.join(RENDER)}")
+        return match[1] + RENDER[name](folder) + match[4]
+
+    return BLOCK.sub(one, text)
+
+
+def main(check: bool = False, root: Path = ROOT) -> int:
+    stale = []
+    for page in PAGES:
+        path = root / page
+        text = path.read_text()
+        fresh = render_page(text)
+        if fresh != text:
+            stale.append(page)
+            if not check:
+                path.write_text(fresh)
+    if check and stale:
+        print(f"quoted numbers differ from the records in: {', '.join(stale)} (python -m benchmarks quoted)")
+        return 1
+    return 0
