@@ -13,8 +13,10 @@ import time
 import pytest
 
 import cleanflush
-from cleanflush import _ab, _ab_compare, _ab_report
+from cleanflush import _ab
 from cleanflush import _decisions as decisions
+from cleanflush._ab import compare as _ab_compare
+from cleanflush._ab import report as _ab_report
 
 from .conftest import environ_without_cleanflush, run_python
 from .triton_layout import needs_autotune_do_bench
@@ -740,7 +742,7 @@ def ab_result(changed):
 @pytest.mark.parametrize("changed", [True, False])
 def test_the_figure_is_a_png(tmp_path, changed):
     pytest.importorskip("matplotlib")
-    from cleanflush import _ab_figure
+    from cleanflush._ab import figure as _ab_figure
 
     path = tmp_path / "ab.png"
     assert _ab_figure.draw(ab_result(changed), str(path)) is None
@@ -748,7 +750,7 @@ def test_the_figure_is_a_png(tmp_path, changed):
 
 
 def test_no_matplotlib_is_said_instead_of_a_figure(tmp_path, monkeypatch):
-    from cleanflush import _ab_figure
+    from cleanflush._ab import figure as _ab_figure
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     path = tmp_path / "ab.png"

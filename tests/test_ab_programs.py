@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cleanflush import _ab_programs as programs
+from cleanflush._ab import programs
 
 from .conftest import run_python
 
@@ -270,7 +270,7 @@ def test_the_real_inductor_output_code_is_found_and_timed(tmp_path):
         textwrap.dedent(
             f"""
             import json
-            from cleanflush import _ab_programs
+            from cleanflush._ab import programs as _ab_programs
             print(json.dumps(_ab_programs.time_programs({runs!r}, reps=3, sample_s=0.001)))
             """
         ),

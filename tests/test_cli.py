@@ -405,8 +405,8 @@ def test_ab_says_when_there_is_no_gpu(tmp_path):
 def test_ab_draws_its_figure_where_it_is_asked_to(tmp_path, monkeypatch, capfd):
     # in this process: the figure as a recorder
     pytest.importorskip("matplotlib")
-    from cleanflush import _ab_figure
     from cleanflush.__main__ import main
+    from cleanflush._ab import figure as _ab_figure
 
     drawn = []
     monkeypatch.setattr(_ab_figure, "draw", lambda result, path: drawn.append(path))

@@ -12,7 +12,9 @@ import textwrap
 
 import pytest
 
-from cleanflush import _ab, _ab_compare, _ab_report
+from cleanflush import _ab
+from cleanflush._ab import compare as _ab_compare
+from cleanflush._ab import report as _ab_report
 
 from .conftest import environ_without_cleanflush
 

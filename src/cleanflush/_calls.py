@@ -1,5 +1,5 @@
 """A Triton autotuning call, recorded so that ``cleanflush ab`` can make it again and time its
-picks (``_ab_prices``).
+picks (``_ab.prices``).
 
 When an ``@triton.autotune`` kernel tunes a key for the first time in an ``ab`` run, the
 arguments of that call are saved with ``torch.save`` (tensors with their storage, strides and

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cleanflush import _ab_programs as programs  # noqa: E402
+from cleanflush._ab import programs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -53,7 +53,8 @@ def test_a_recorded_call_is_made_again_and_priced_per_config(tmp_path, monkeypat
     warp) is priced above the large one (4096, eight warps) on a 256 MiB input (an H200 streams
     it 20% slower: 159 against 133 us, rounds within 1%)."""
     import cleanflush
-    from cleanflush import _ab, _ab_prices, _calls
+    from cleanflush import _ab, _calls
+    from cleanflush._ab import prices as _ab_prices
 
     from .kernels import stream_add
 

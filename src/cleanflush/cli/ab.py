@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from .. import _ab, _policies
-from .._ab_compare import MIN_EFFECT
-from .._ab_report import format_report
+from .._ab.compare import MIN_EFFECT
+from .._ab.report import format_report
 from .._policies import STOCK_POLICY
 from ._output import EXIT_USAGE, emit, json_option, output_problem, text_stream
 from .run import command_of, policy_name
@@ -183,7 +183,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     stdout = _job_stdout(args.json)
     result, code = _ab.run(command, args.policy, args.runs, args.keep, job_stdout=stdout, min_effect=args.min_effect)
     if args.figure:
-        from .._ab_figure import draw  # matplotlib, only when a figure is asked for
+        from .._ab.figure import draw  # matplotlib, only when a figure is asked for
 
         result["figure"] = draw(result, args.figure) or args.figure
     emit(result, format_report(result), args.json, "cleanflush ab")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._ab_report import short
-from ._policies import STOCK_POLICY
+from .._policies import STOCK_POLICY
+from .report import short
 
 
 def draw(result: dict[str, Any], path: str) -> str | None:

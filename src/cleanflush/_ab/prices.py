@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._calls import Call, kernel_name
+from .._calls import Call, kernel_name
 
 ROUNDS = 5
 CALLS = 10  # calls per candidate and round

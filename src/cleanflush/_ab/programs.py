@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ._stats import quartiles
+from .._stats import quartiles
 
 MARK = "def benchmark_compiled_module("  # what makes a module Inductor's output code, not a kernel
 REPS = 21  # timed samples of each program

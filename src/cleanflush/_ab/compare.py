@@ -1,5 +1,5 @@
 """What the dirty flush did to each autotuning decision of ``cleanflush ab``: plain Python over
-the runs' decision records and the independent prices of their picks (``_ab_prices``).
+the runs' decision records and the independent prices of their picks (``_ab.prices``).
 
 A decision is priced where its runs picked more than one config and one run recorded the call
 (a Triton ``@autotune`` kernel): each pick's kernel time after a plain read, side by side in
@@ -26,8 +26,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from ._policies import STOCK_POLICY
-from ._stats import quartiles
+from .._policies import STOCK_POLICY
+from .._stats import quartiles
 
 MIN_EFFECT = 0.02  # the practical floor: a stock pick this much slower or less does not matter
 # The smallest noise a price is trusted to: rounds that agree exactly (a timer's resolution)

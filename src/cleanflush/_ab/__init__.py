@@ -8,8 +8,8 @@ command itself is not changed, and its output passes through.  The decisions com
 autotuning workers included, with a record of each Triton autotuning call
 (``CLEANFLUSH_AB_CALLS``).  After the runs, two processes of their own time what the runs
 chose, with timers that share no code with the flush: the picks of every Triton decision the
-runs made differently (``_ab_prices``), and the programs Inductor compiled (``_ab_programs``).
-``_ab_compare`` judges each decision, ``_ab_report`` writes the text.
+runs made differently (``_ab.prices``), and the programs Inductor compiled (``_ab.programs``).
+``_ab.compare`` judges each decision, ``_ab.report`` writes the text.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _ab_programs, _env
-from ._ab_compare import MIN_EFFECT, compare, to_price
-from ._ab_report import COMPARED, short
-from ._env import CALLS_VAR, DECISIONS_VAR, POLICY_VAR
-from ._policies import DEFAULT_POLICY, STOCK_POLICY
-from ._registry import NAMES
+from .. import _env
+from .._env import CALLS_VAR, DECISIONS_VAR, POLICY_VAR
+from .._policies import DEFAULT_POLICY, STOCK_POLICY
+from .._registry import NAMES
+from . import compare
+from . import programs as _ab_programs
+from .compare import MIN_EFFECT, to_price
+from .report import COMPARED, short
 
 SCHEMA = 3
 RUNS = 2  # runs of each side by default: one run cannot tell a change from autotuning's own noise
@@ -138,7 +140,7 @@ def _clock(seconds: float) -> str:
 def _time_programs(
     base: dict[str, str], work: str, folders: list[tuple[str, str]], policy: str
 ) -> dict[str, Any] | None:
-    """The end-to-end timing of the programs the runs compiled (``_ab_programs``), in a
+    """The end-to-end timing of the programs the runs compiled (``_ab.programs``), in a
     process of its own; None when no run compiled one."""
     unreadable: list[str] = []
     runs = [{"side": side, "paths": _ab_programs.find(os.path.join(f, "inductor"), unreadable)} for side, f in folders]
@@ -152,7 +154,7 @@ def _time_programs(
         json.dump({"runs": runs}, f)
     child = subprocess.run(
         # imported by name, not run as __main__: the child is the module that tests see
-        [sys.executable, "-c", "import sys; from cleanflush._ab_programs import main; sys.exit(main())", spec, out],
+        [sys.executable, "-c", "import sys; from cleanflush._ab.programs import main; sys.exit(main())", spec, out],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -247,7 +249,7 @@ def _record(
         "run_codes": done.codes,
         "skipped_lines": done.skipped,
         "not_patched": not_patched(),
-        "comparison": compare(
+        "comparison": compare.compare(
             done.sides[STOCK_POLICY][:compared], done.sides[policy][:compared], policy, prices, min_effect
         ),
         "pricing_s": done.pricing_s,
@@ -255,7 +257,7 @@ def _record(
 
 
 def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[dict[str, Any]]:
-    """The independent prices of every decision the runs picked differently (``_ab_prices``),
+    """The independent prices of every decision the runs picked differently (``_ab.prices``),
     timed in a process of its own; each decision that cannot be priced says why."""
     compared = done.compared(policy)
     wanted = to_price(done.sides[STOCK_POLICY][:compared], done.sides[policy][:compared])
@@ -271,7 +273,7 @@ def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[di
         json.dump({"decisions": wanted, "calls_folder": os.path.join(work, "calls")}, f)
     child = subprocess.run(
         # imported by name, not run as __main__: the child is the module that tests see
-        [sys.executable, "-c", "import sys; from cleanflush._ab_prices import main; sys.exit(main())", spec, out],
+        [sys.executable, "-c", "import sys; from cleanflush._ab.prices import main; sys.exit(main())", spec, out],
         env={**base, "TEARDOWN_CUPTI": "1"},  # no CUPTI left attached after the profiler (pytorch#144455)
         stdout=subprocess.DEVNULL,
     )

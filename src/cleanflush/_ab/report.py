@@ -7,9 +7,9 @@ import signal
 from collections import Counter
 from typing import Any
 
-from . import _ab_programs
-from ._ab_compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE
-from ._policies import STOCK_POLICY
+from .._policies import STOCK_POLICY
+from . import programs as _ab_programs
+from .compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE
 
 COMPARED = ("triton", "inductor")  # the targets whose flushes decide what ab compares
 
