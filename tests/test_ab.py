@@ -890,7 +890,21 @@ def test_a_job_with_no_compiled_program_is_told_why_nothing_is_timed_end_to_end(
     same = runs({"a": 1.0, "b": 2.0}) * 2
     report = _ab_report.format_report({**record_of(same, same), "end_to_end": None})
     assert (
+        "end to end: no run compiled an Inductor program (the decisions above are judged as shown)"
+    ) in report.splitlines()
+    cmp = record_of(same, same)["comparison"]
+    cmp["decisions"][0]["priced"] = True
+    report = _ab_report.format_report({**record_of(same, same), "comparison": cmp, "end_to_end": None})
+    assert (
         "end to end: no run compiled an Inductor program (Triton @autotune decisions are priced above)"
+    ) in report.splitlines()
+
+
+def test_a_job_with_no_decision_is_not_told_of_prices_above():
+    report = _ab_report.format_report({**record_of([[]], [[]]), "end_to_end": None})
+    assert "priced above" not in report
+    assert (
+        "end to end: no run compiled an Inductor program, and no run recorded an autotuning decision"
     ) in report.splitlines()
 
 
@@ -936,7 +950,7 @@ def test_the_end_to_end_verdict_is_said_in_words(verdict, said):
         "verdict": verdict,
         "ms": {"write": 0.9, "write-read": 1.0},
     }
-    lines = _ab_report._end_to_end_lines({"graphs": [graph], "problems": []}, "write-read")
+    lines = _ab_report._end_to_end_lines({"graphs": [graph], "problems": []}, "write-read", [])
     assert lines[1] == f"  graph 1: -10.0% (q1 -11.0%, q3 -9.0%), 0.900 ms against 1.000 ms: {said}"
 
 

@@ -508,3 +508,10 @@ def test_the_command_reference_says_what_each_commands_help_says():
                 option = ", ".join(action.option_strings) + (f" {action.metavar}" if action.metavar else "")
                 said = action.help % {"default": action.default} if "%" in action.help else action.help
                 assert f"| `{option}` | {said} |" in section, (name, option)
+
+
+def test_bare_cleanflush_lists_its_commands():
+    out = cli([])
+    assert out.returncode == 2 and out.stdout == ""
+    listed = [line.split()[0] for line in out.stderr.splitlines() if line.startswith("    ") and line[4] != " "]
+    assert listed == ["status", "run", "ab", "verify"] and "exit codes:" in out.stderr

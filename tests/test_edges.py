@@ -5,6 +5,7 @@ folder two runs share.  A clear error is one line on stderr, no traceback, exit 
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -263,11 +264,33 @@ def test_run_keeps_off_what_the_shell_switched_off():
     ]
 
 
-def test_run_says_the_policy_the_child_gets_where_the_shells_value_is_not_one():
-    out = cli(
-        ["run", "--", sys.executable, "-c", "import os; print(os.environ['CLEANFLUSH'])"], {"CLEANFLUSH": "bogus"}
+@pytest.mark.parametrize("form", ["python -m cleanflush", "the cleanflush script"])
+def test_run_says_the_policy_the_child_gets_where_the_shells_value_is_not_one_in_one_line(form):
+    program = [sys.executable, "-c", "import os; print(os.environ['CLEANFLUSH'])"]
+    if form == "python -m cleanflush":
+        out = cli(["run", "--", *program], {"CLEANFLUSH": "wirte-read"})
+    else:
+        script = shutil.which("cleanflush", path=os.path.dirname(sys.executable))
+        if script is None:
+            pytest.skip("no cleanflush script beside this python")
+        env = {**environ_without_cleanflush(), "CLEANFLUSH": "wirte-read"}
+        out = subprocess.run([script, "run", "--", *program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "write-read"
+    [line] = out.stderr.splitlines()  # not also "this process keeps its stock L2 flush", about the CLI itself
+    assert line.startswith("cleanflush run: CLEANFLUSH='wirte-read' is not valid") and line.endswith(
+        "runs with write-read (--policy)"
     )
-    assert out.stdout.strip() == "write-read" and "runs with write-read (--policy)" in out.stderr
+
+
+def test_a_program_that_imports_cleanflush_still_says_an_invalid_value():
+    out = subprocess.run(
+        [sys.executable, "-c", "import cleanflush"],
+        env={**environ_without_cleanflush(), "CLEANFLUSH": "wirte-read"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "this process keeps its stock L2 flush" in out.stderr
 
 
 # A signal handler that opens a policy block while this thread is inside one

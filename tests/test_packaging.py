@@ -38,3 +38,19 @@ def test_wheel_has_the_autoload_files_at_its_root(tmp_path):
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     runtime = [line for line in requires if "extra ==" not in line]
     assert runtime == ["Requires-Dist: wrapt>=1.16"]  # never torch or triton
+
+
+def test_the_version_is_written_once_in_pyproject_and_is_the_newest_release():
+    import importlib.metadata
+    import re
+
+    import cleanflush
+
+    declared = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert declared is not None
+    assert cleanflush.__version__ == importlib.metadata.version("cleanflush") == declared[1]
+    newest = re.search(r"^## \[(\d[^\]]*)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert newest is not None and newest[1] == declared[1]
+    assert not re.search(r"__version__\s*=", (ROOT / "src/cleanflush/__init__.py").read_text())
+    out = subprocess.run([sys.executable, "-m", "cleanflush", "-V"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["cleanflush", declared[1]]

@@ -1,6 +1,7 @@
 """Policies: the default, blocks in threads and tasks, and who owns CLEANFLUSH."""
 
 import asyncio
+import dataclasses
 import os
 import random
 import subprocess
@@ -338,3 +339,43 @@ def test_block_in_a_process_where_cleanflush_is_off_keeps_children_off():
 def test_a_policy_that_is_not_a_string_is_a_value_error_naming_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown cleanflush policy 3; valid policies: write-read, read, write"):
         cleanflush.policy(3)
+
+
+def test_each_policy_is_one_record_and_the_names_follow_from_them():
+    from cleanflush import _policies
+
+    assert cleanflush.POLICIES == tuple(_policies.BY_NAME) and len(cleanflush.POLICIES) == len(_policies.BY_NAME)
+    assert [p.name for p in _policies.BY_NAME.values() if p.is_stock] == [_policies.STOCK_POLICY]
+    default = _policies.get(cleanflush.DEFAULT_POLICY)
+    assert default.writes and default.reads  # the specification's write-then-read
+    for name in cleanflush.POLICIES:
+        assert _policies.get(name).name == name and _policies.get(name).summary
+
+
+def test_verify_times_every_policy_that_reads_chosen_by_its_fields(monkeypatch):
+    from cleanflush import _policies
+    from cleanflush._verify.controls import CONTROLS
+    from cleanflush._verify.measure import Options, candidates
+
+    reading = [p.name for p in _policies.BY_NAME.values() if p.reads]
+    assert candidates(Options(controls=True)) == [*reading, *CONTROLS]
+    monkeypatch.setitem(_policies.BY_NAME, "read", dataclasses.replace(_policies.READ, reads=False))
+    assert "read" not in candidates(Options(controls=True))  # by field, not by position or name
+
+
+def test_the_flush_follows_the_policys_fields_not_its_name(monkeypatch):
+    import torch
+
+    from cleanflush import _flush, _policies
+
+    cache = torch.full((1024,), 7, dtype=torch.int32)
+    _flush.prepare(cache.device)
+    monkeypatch.setitem(_policies.BY_NAME, "read", dataclasses.replace(_policies.READ, writes=True))
+    with cleanflush.policy("read"):
+        _flush.flush("test", write=cache.zero_, cache=cache)
+    assert not cache.any()  # a "read" that writes, by its record: the write ran
+    monkeypatch.setitem(_policies.BY_NAME, "read", dataclasses.replace(_policies.READ, reads=False, writes=True))
+    cache.fill_(7)
+    with cleanflush.policy("read"):
+        _flush.flush("test", write=cache.zero_, cache=cache)
+    assert cleanflush.flush_counts()[("test", "read")] == 2 and not cache.any()

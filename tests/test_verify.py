@@ -409,8 +409,27 @@ def test_a_bad_shape_names_the_form_it_takes(capsys):
     assert (
         capsys.readouterr()
         .err.splitlines()[-1]
-        .endswith("argument --shape: expected N,K as two positive integers, e.g. 4096,4096; got '4096'")
+        .endswith(
+            "argument --shape: expected N,K (or NxK) as two positive integers, e.g. 4096,4096 or 4096x4096; got '4096'"
+        )
     )
+
+
+@pytest.mark.parametrize("text", ["4096x14336", "4096,14336", " 4096 , 14336 "])
+def test_a_shape_is_taken_in_either_form_verify_prints(text):
+    from cleanflush.cli.verify import _shape
+
+    assert _shape(text) == (4096, 14336)
+
+
+@pytest.mark.parametrize("text", ["4096x", "x4096", "4096x4096x2", "4096X4096", "0x4096", "4096×4096"])
+def test_a_shape_in_neither_form_is_refused(text):
+    import argparse
+
+    from cleanflush.cli.verify import _shape
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        _shape(text)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ already are.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from . import _env, _flush, _targets
@@ -30,7 +31,19 @@ __all__ = [
     "status",
     "uninstall",
 ]
-__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``, from the installed package's metadata (pyproject.toml is the one place
+    it is written), looked up on first use: importlib.metadata costs start-up time."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("cleanflush")
+        except PackageNotFoundError:  # a source tree on sys.path, not installed
+            return "0+unknown"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def install(policy: str | None = None) -> bool:
@@ -70,11 +83,19 @@ def _install_from_environ() -> None:
     try:
         chosen = _env.policy_from_environ()
     except ValueError as exc:
-        print(f"cleanflush: {exc}; this process keeps its stock L2 flush", file=sys.stderr)
+        if not _is_the_cleanflush_command():  # each command says what the value gives, in its own line
+            print(f"cleanflush: {exc}; this process keeps its stock L2 flush", file=sys.stderr)
         return
     if chosen is not None:
         autoloaded = getattr(sys.modules.get("_cleanflush_boot"), "booted", False)
         _targets.install(chosen, "autoload" if autoloaded else "import")
+
+
+def _is_the_cleanflush_command() -> bool:
+    """Whether this process is the ``cleanflush`` command (its script, or ``python -m
+    cleanflush``, while Python is still locating the module: ``sys.argv[0]`` is ``-m`` then)."""
+    first = sys.argv[0] if getattr(sys, "argv", None) else ""
+    return os.path.basename(first) == "cleanflush" or first == "-m"
 
 
 _install_from_environ()

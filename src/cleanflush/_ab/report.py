@@ -27,7 +27,7 @@ def format_report(result: dict[str, Any]) -> str:
         if cmp[side]:
             lines.append(f"decisions made only in the {side[5:]} runs: {len(cmp[side])}")
     if "end_to_end" in result and not result["interrupted"]:
-        lines += _end_to_end_lines(result["end_to_end"], policy)
+        lines += _end_to_end_lines(result["end_to_end"], policy, cmp["decisions"])
     if result.get("figure"):
         lines.append(f"figure: {result['figure']}")
     lines += [f"run {r['index']} ({r['policy']}) {ended(r['code'])}" for r in result["run_codes"] if r["code"] != 0]
@@ -165,9 +165,13 @@ def _decision_line(d: dict[str, Any]) -> str:
     return f"  {d['kind']} {short(d['op'], 70)} [{short(d['key'], 70)}]"
 
 
-def _end_to_end_lines(e2e: dict[str, Any] | None, policy: str) -> list[str]:
+def _end_to_end_lines(e2e: dict[str, Any] | None, policy: str, decisions: list[dict[str, Any]]) -> list[str]:
     if e2e is None:
-        return ["end to end: no run compiled an Inductor program (Triton @autotune decisions are priced above)"]
+        if any(d.get("priced") for d in decisions):
+            return ["end to end: no run compiled an Inductor program (Triton @autotune decisions are priced above)"]
+        if decisions:
+            return ["end to end: no run compiled an Inductor program (the decisions above are judged as shown)"]
+        return ["end to end: no run compiled an Inductor program, and no run recorded an autotuning decision"]
     lines = []
     for g in e2e["graphs"] + ([{"name": "in total", **e2e["total"]}] if e2e.get("total") else []):
         r, noise = g["ratio"], [v for v in g["same_side"].values() if v is not None]

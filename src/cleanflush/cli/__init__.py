@@ -16,7 +16,7 @@ import cleanflush
 
 from .._env import POLICY_VAR
 from . import ab, run, status, verify
-from ._output import EXIT_CODES, quiet_broken_pipe
+from ._output import EXIT_CODES, EXIT_USAGE, quiet_broken_pipe
 
 COMMANDS = {"status": status, "run": run, "ab": ab, "verify": verify}
 
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     if sys.stderr is None:  # closed (`2>&-`): print(file=None) would put the messages on stdout
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process's life)
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # bare `cleanflush`: what it can do, not only that it needs more
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     try:
         code: int = COMMANDS[args.name].main(args, args.command_parser)

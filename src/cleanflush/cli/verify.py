@@ -21,9 +21,12 @@ def _devices(text: str) -> str:
 
 
 def _shape(text: str) -> tuple[int, int]:
-    parts = text.split(",")
+    # N,K, or NxK as verify's output and the presets print shapes
+    parts = text.replace("x", ",").split(",")
     if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"expected N,K as two positive integers, e.g. 4096,4096; got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected N,K (or NxK) as two positive integers, e.g. 4096,4096 or 4096x4096; got {text!r}"
+        )
     return int(parts[0]), int(parts[1])
 
 
@@ -39,7 +42,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=_shape,
         action="append",
         metavar="N,K",
-        help="weight shape N,K of F.linear(x[1,K], W[N,K]); repeat it for several (default 4096,4096)",
+        help="weight shape N,K (or NxK) of F.linear(x[1,K], W[N,K]); repeat it for several (default 4096,4096)",
     )
     verify.add_argument(
         "--preset",
