@@ -344,7 +344,7 @@ def test_a_policy_that_is_not_a_string_is_a_value_error_naming_the_valid_ones():
 def test_each_policy_is_one_record_and_the_names_follow_from_them():
     from cleanflush import _policies
 
-    assert cleanflush.POLICIES == tuple(_policies.BY_NAME) and len(cleanflush.POLICIES) == len(_policies.BY_NAME)
+    assert tuple(_policies.BY_NAME) == cleanflush.POLICIES
     assert [p.name for p in _policies.BY_NAME.values() if p.is_stock] == [_policies.STOCK_POLICY]
     default = _policies.get(cleanflush.DEFAULT_POLICY)
     assert default.writes and default.reads  # the specification's write-then-read
