@@ -388,3 +388,17 @@ def test_the_floor_option_refuses_what_is_no_percentage_and_names_the_form(text)
     named = r"^expected a percentage from 0 to 100, e\.g\. 2 or 0\.5; got "
     with pytest.raises(argparse.ArgumentTypeError, match=named):
         ab.percent(text)
+
+
+@pytest.mark.parametrize(
+    "gap, noise, expected",
+    [
+        (0.010, 0.010, None),  # at the noise: within it
+        (0.0101, 0.010, "negligible"),  # beyond the noise, under the floor
+        (0.020, 0.010, "negligible"),  # at the floor: not beyond it
+        (0.0201, 0.010, "changed"),
+        (0.030, 0.040, None),  # beyond the floor but within the noise
+    ],
+)
+def test_the_one_rule_for_a_gap_between_the_sides(gap, noise, expected):
+    assert _ab_compare.effect(gap, noise, 0.02) == expected

@@ -47,6 +47,20 @@ CLASSES = (CHANGED, NEGLIGIBLE, UNSTABLE, WITHIN_NOISE, CLEAN_SLOWER, UNDECIDED,
 Key = tuple[str, str, str]
 
 
+def effect(gap: float, noise: float, min_effect: float) -> str | None:
+    """The one rule for how a gap between two sides' picks counts (a fraction: how much slower
+    one side's every pick is than the other's): ``changed`` beyond the noise and the practical
+    floor, ``negligible`` beyond the noise only, None within the noise."""
+    if gap <= noise:
+        return None
+    return CHANGED if gap > min_effect else NEGLIGIBLE
+
+
+def beyond(min_effect: float) -> str:
+    """The rule in words, as reasons and the report say it."""
+    return f"beyond the noise and the {min_effect:.0%} floor"
+
+
 def key_of(d: dict[str, Any]) -> Key:
     return d["kind"], d["op"], d["key"]
 
@@ -120,8 +134,8 @@ def classify_priced(
     faster = min(prices[p]["us"] for p in c_picks) / max(prices[p]["us"] for p in s_picks) - 1
     found: dict[str, Any] = {"noise": noise, "rounds": price.get("rounds"), "gap": slower}
     apart = [name for name, picks in ((STOCK_POLICY, s_picks), (side, c_picks)) if _side_apart(prices, picks, noise)]
-    if slower > noise and side not in apart:
-        cls = CHANGED if slower > min_effect else NEGLIGIBLE
+    cls = effect(slower, noise, min_effect)
+    if cls is not None and side not in apart:
         why = f"every stock pick is {slower:+.1%} or more slower than every {side} pick by its price"
         floor = "beyond" if cls == CHANGED else "under"
         return {**found, "class": cls, "reason": f"{why}, beyond the noise of {noise:.1%}, {floor} the floor"}
@@ -133,7 +147,7 @@ def classify_priced(
             "unstable_side": apart[0] if len(apart) == 1 else "both",
             "reason": f"the {names} runs' own picks differ by their price beyond the noise of {noise:.1%}",
         }
-    if faster > max(noise, min_effect):
+    if effect(faster, noise, min_effect) == CHANGED:  # the rule, the other way round
         return {
             **found,
             "class": CLEAN_SLOWER,
@@ -215,7 +229,8 @@ def _by_clean_ratios(
             "reason": f"one {side} run: its noise is unknown (run with --runs 2 or more)",
         }
     spread = found["clean_spread"] = max(max(rs) - min(rs) for rs in per_pick.values())
-    if min(ratios) <= 0 or found["cost"] <= spread:
+    cls = effect(found["cost"], spread, min_effect)
+    if min(ratios) <= 0 or cls is None:
         return {
             **found,
             "class": WITHIN_NOISE,
@@ -228,7 +243,6 @@ def _by_clean_ratios(
         {"pick": p, "runs": counts[p], "cost": statistics.median(rs), "cost_low": min(rs), "cost_high": max(rs)}
         for p, rs in sorted(per_pick.items(), key=lambda item: -counts[item[0]])
     ]
-    cls = CHANGED if found["cost"] > min_effect else NEGLIGIBLE
     under = "" if cls == CHANGED else f", under the {min_effect:.0%} floor"
     return {
         **found,

@@ -9,7 +9,7 @@ from typing import Any
 
 from .._policies import STOCK_POLICY
 from . import programs as _ab_programs
-from .compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE
+from .compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE, beyond
 
 COMPARED = ("triton", "inductor")  # the targets whose flushes decide what ab compares
 
@@ -82,11 +82,10 @@ def _decisions_lines(cmp: dict[str, Any], policy: str, runs: int) -> list[str]:
 def _changed_lines(cmp: dict[str, Any], policy: str) -> list[str]:
     changed = cmp["changed"]
     if not changed:
-        return [f"the dirty flush changed no decision here beyond the noise and the {cmp['min_effect']:.0%} floor"]
+        return [f"the dirty flush changed no decision here {beyond(cmp['min_effect'])}"]
     lines = [
         f"changed by the dirty flush: {len(changed)} of {len(cmp['decisions'])} (every stock pick slower than "
-        f"every {policy} pick, beyond the noise and the {cmp['min_effect']:.0%} floor; by the independent price "
-        "where priced)"
+        f"every {policy} pick, {beyond(cmp['min_effect'])}; by the independent price where priced)"
     ]
     for d in changed:
         lines.append(_decision_line(d))
