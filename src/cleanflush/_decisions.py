@@ -27,7 +27,10 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strings at run time
+    from typing_extensions import NotRequired
 
 import wrapt
 
@@ -42,7 +45,35 @@ HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 HOOKS = (AUTOTUNER, SELECT, HEURISTICS)
 
 
-def write(decision: dict[str, Any]) -> None:
+class DecisionLine(TypedDict):
+    """A line of ``CLEANFLUSH_DECISIONS``: a decision, or (``kind`` "calls") how many calls an
+    autotuned kernel got per key.  ``cleanflush ab`` reads them (``_ab``)."""
+
+    kind: str
+    op: str
+    key: NotRequired[str]
+    winner: NotRequired[str | None]
+    timings_ms: NotRequired[dict[str, float]]
+    failed_choices: NotRequired[list[str]]
+    call: NotRequired[dict[str, str]]  # the recorded call's file, or why there is none
+    counts: NotRequired[dict[str, int]]
+    pid: NotRequired[int]
+    policy: NotRequired[str]
+
+
+class Tuned(TypedDict):
+    """A decision an autotuner made: the lines ``write`` appends, and those ab compares."""
+
+    kind: str
+    op: str
+    key: str
+    winner: str | None
+    timings_ms: dict[str, float]
+    failed_choices: NotRequired[list[str]]
+    call: NotRequired[dict[str, str]]
+
+
+def write(decision: Tuned) -> None:
     """Append one decision to ``CLEANFLUSH_DECISIONS``; a failure is said once, never raised."""
     path = _env.decisions_path()
     if path is None:
@@ -72,7 +103,7 @@ def _op(tuner: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
 
 
-def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) -> dict[str, Any]:
+def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) -> Tuned:
     return {
         "kind": "triton",
         "op": _op(tuner),
@@ -124,7 +155,7 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
         kwargs = {**kwargs, "grid": grids}
     result = wrapped(*args, **kwargs)
 
-    def made() -> list[dict[str, Any]]:
+    def made() -> list[Tuned]:
         # a new key whose timings are new: it was benchmarked now (a key filled from Triton's
         # disk cache leaves the previous key's timings in place; nothing to record then)
         if before is None or getattr(instance, "configs_timings", None) is timings_before:
@@ -141,7 +172,7 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
 
 
 def _call_record(
-    tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, folder: str, decision: dict[str, Any]
+    tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, folder: str, decision: Tuned
 ) -> dict[str, str]:
     """Where the call that made ``decision`` is recorded (in ``cleanflush ab``'s ``folder``), or why it is not."""
     name = _calls.file_for(decision["op"], decision["key"])
@@ -150,7 +181,7 @@ def _call_record(
     return {"file": name} if why is None else {"error": why}
 
 
-def _record(kind: str, what: str, made: Callable[[], list[dict[str, Any]]]) -> None:
+def _record(kind: str, what: str, made: Callable[[], list[Tuned]]) -> None:
     """Write the decisions ``made()`` reads off an autotuner; where it cannot read them (an
     autotuner of another layout) say so once, and let the job run on."""
     try:
@@ -162,7 +193,7 @@ def _record(kind: str, what: str, made: Callable[[], list[dict[str, Any]]]) -> N
         write(decision)
 
 
-def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> dict[str, Any]:
+def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> Tuned:
     meta = getattr(tuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or getattr(getattr(tuner, "fn", None), "__name__", "?")
     labelled = {str(getattr(launcher, "config", launcher)): _ms(t) for launcher, t in timings.items()}
@@ -196,7 +227,7 @@ def _shape(node: Any) -> str:
         return type(node).__name__
 
 
-def inductor_decision(timings: dict[Any, float], name: str, input_nodes: list[Any]) -> dict[str, Any]:
+def inductor_decision(timings: dict[Any, float], name: str, input_nodes: list[Any]) -> Tuned:
     labelled = {choice_label(choice): float(t) for choice, t in timings.items()}
     return {
         "kind": "inductor",

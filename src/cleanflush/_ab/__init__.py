@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .. import _env
 from .._env import CALLS_VAR, DECISIONS_VAR, POLICY_VAR
@@ -32,6 +32,7 @@ from .._registry import NAMES
 from . import compare
 from . import programs as _ab_programs
 from .compare import MIN_EFFECT, to_price
+from .records import DecisionLine, EndToEnd, Price, ProgramRun, Result, Run, RunCode
 from .report import COMPARED, short
 
 SCHEMA = 3
@@ -60,7 +61,7 @@ def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
 TIMING_RANGE = (1e-9, 1e9)
 
 
-def decision(line: str) -> dict[str, Any]:
+def decision(line: str) -> DecisionLine:
     """One decisions-file line, checked; ValueError saying what is wrong with it.  Timings
     that are not finite (Triton and Inductor time a config that failed as ``inf``) are left
     out: they time nothing."""
@@ -78,10 +79,11 @@ def decision(line: str) -> dict[str, Any]:
     if not isinstance(timings, dict):
         raise ValueError("timings_ms is not a mapping of choices to numbers")
     finite = {label: _timing(t) for label, t in timings.items() if not _failed(t)}
-    return {**d, "timings_ms": finite, "failed_choices": sorted(set(timings) - set(finite))}
+    # checked above: the keys a decision line needs, of the types it needs
+    return cast(DecisionLine, {**d, "timings_ms": finite, "failed_choices": sorted(set(timings) - set(finite))})
 
 
-def _calls_line(d: dict[str, Any]) -> dict[str, Any]:
+def _calls_line(d: dict[str, Any]) -> DecisionLine:
     """A line counting an autotuned kernel's calls per key (written at a process's exit)."""
     counts = d.get("counts")
     if not isinstance(d.get("op"), str) or not isinstance(counts, dict):
@@ -105,14 +107,15 @@ def _timing(t: Any) -> float:
     return float(t)
 
 
-def read_decisions(path: str) -> tuple[list[dict[str, Any]], list[str]]:
+def read_decisions(path: str) -> tuple[Run, list[str]]:
     """The decisions a run recorded, and one line for each line of the file that is not one
     (a worker killed mid-write leaves a torn line): those are skipped, the rest are kept."""
     if os.path.isdir(path):
         return [], [f"{path}: skipped, a directory where the decisions file should be"]
     if not os.path.exists(path):
         return [], []
-    found, bad = [], []
+    found: Run = []
+    bad: list[str] = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -137,13 +140,13 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-def _time_programs(
-    base: dict[str, str], work: str, folders: list[tuple[str, str]], policy: str
-) -> dict[str, Any] | None:
+def _time_programs(base: dict[str, str], work: str, folders: list[tuple[str, str]], policy: str) -> EndToEnd | None:
     """The end-to-end timing of the programs the runs compiled (``_ab.programs``), in a
     process of its own; None when no run compiled one."""
     unreadable: list[str] = []
-    runs = [{"side": side, "paths": _ab_programs.find(os.path.join(f, "inductor"), unreadable)} for side, f in folders]
+    runs = [
+        ProgramRun(side=side, paths=_ab_programs.find(os.path.join(f, "inductor"), unreadable)) for side, f in folders
+    ]
     if not any(r["paths"] for r in runs):
         return None
     print("cleanflush ab: timing the programs every run compiled, end to end", file=sys.stderr, flush=True)
@@ -163,12 +166,10 @@ def _time_programs(
     )
     if child.returncode != 0 or not os.path.exists(out):
         last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        return {
-            "graphs": [],
-            "problems": [*unreadable, f"the timing process failed (exit {child.returncode}): {last}"[:300]],
-        }
+        why = f"the timing process failed (exit {child.returncode}): {last}"[:300]
+        return EndToEnd(graphs=[], problems=[*unreadable, why])
     with open(out, encoding="utf-8") as f:
-        record: dict[str, Any] = json.load(f)
+        record: EndToEnd = json.load(f)
     record["problems"] = unreadable + record["problems"]
     return record
 
@@ -177,9 +178,9 @@ def _time_programs(
 class _Runs:
     """What the finished runs of one ``ab`` gave."""
 
-    sides: dict[str, list[list[dict[str, Any]]]]  # side -> each run's decisions
+    sides: dict[str, list[Run]]  # side -> each run's decisions
     folders: list[tuple[str, str]] = field(default_factory=list)  # (side, run folder)
-    codes: list[dict[str, Any]] = field(default_factory=list)
+    codes: list[RunCode] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # decision lines that are none
     pricing_s: float = 0.0  # the wall time the independent prices took
 
@@ -195,7 +196,7 @@ def run(
     keep: str | None = None,
     job_stdout: Any = None,
     min_effect: float = MIN_EFFECT,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[Result, int]:
     """Run ``command`` ``runs`` times under each flush, interleaved; price the picks the runs
     made differently and time the programs they compiled; return (record, exit code).
 
@@ -222,7 +223,8 @@ def run(
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     result = _record(command, policy, runs, keep, done, prices, min_effect)
-    result.update(interrupted=interrupted, end_to_end=end_to_end, elapsed_s=time.monotonic() - started)
+    result["interrupted"], result["end_to_end"] = interrupted, end_to_end
+    result["elapsed_s"] = time.monotonic() - started
     if interrupted:
         return result, 130
     return result, 1 if any(c["code"] != 0 for c in done.codes) else 0
@@ -234,9 +236,9 @@ def _record(
     runs: int,
     keep: str | None,
     done: _Runs,
-    prices: list[dict[str, Any]] | None,
+    prices: list[Price] | None,
     min_effect: float,
-) -> dict[str, Any]:
+) -> Result:
     """The record of an ab: what ran, and the comparison of the runs that finished in pairs."""
     compared = done.compared(policy)
     return {
@@ -256,12 +258,12 @@ def _record(
     }
 
 
-def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[dict[str, Any]]:
+def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[Price]:
     """The independent prices of every decision the runs picked differently (``_ab.prices``),
     timed in a process of its own; each decision that cannot be priced says why."""
     compared = done.compared(policy)
     wanted = to_price(done.sides[STOCK_POLICY][:compared], done.sides[policy][:compared])
-    unpriced = [{"key": w["key"], "error": w["error"] or "not priced"} for w in wanted]
+    unpriced = [Price(key=w["key"], error=w["error"] or "not priced") for w in wanted]
     if not any(w["file"] for w in wanted):
         return unpriced
     started = time.monotonic()
@@ -280,9 +282,9 @@ def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[di
     done.pricing_s = time.monotonic() - started
     if child.returncode != 0 or not os.path.exists(out):
         why = f"the pricing process failed (exit {child.returncode})"
-        return [{"key": w["key"], "error": w["error"] or why} for w in wanted]
+        return [Price(key=w["key"], error=w["error"] or why) for w in wanted]
     with open(out, encoding="utf-8") as f:
-        priced: list[dict[str, Any]] = json.load(f)
+        priced: list[Price] = json.load(f)
     return priced
 
 

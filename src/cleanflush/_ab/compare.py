@@ -24,10 +24,24 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from typing import Any
+from typing import cast
 
 from .._policies import STOCK_POLICY
 from .._stats import quartiles
+from .records import (
+    Agreement,
+    Comparison,
+    Decision,
+    DecisionLine,
+    Judged,
+    Made,
+    PickPrice,
+    Price,
+    Run,
+    StockPick,
+    ToPrice,
+    Total,
+)
 
 MIN_EFFECT = 0.02  # the practical floor: a stock pick this much slower or less does not matter
 # The smallest noise a price is trusted to: rounds that agree exactly (a timer's resolution)
@@ -61,23 +75,23 @@ def beyond(min_effect: float) -> str:
     return f"beyond the noise and the {min_effect:.0%} floor"
 
 
-def key_of(d: dict[str, Any]) -> Key:
+def key_of(d: DecisionLine | Made | Decision) -> Key:
     return d["kind"], d["op"], d["key"]
 
 
-def by_key(runs: list[list[dict[str, Any]]]) -> dict[Key, list[dict[str, Any]]]:
+def by_key(runs: list[Run]) -> dict[Key, list[Made]]:
     """Each decision's records, one per run that made it (a run's first tuning of a key)."""
-    found: dict[Key, list[dict[str, Any]]] = {}
+    found: dict[Key, list[Made]] = {}
     for run in runs:
         seen = set()
         for d in run:
             if d["kind"] != "calls" and key_of(d) not in seen and d.get("winner") is not None:
                 seen.add(key_of(d))
-                found.setdefault(key_of(d), []).append(d)
+                found.setdefault(key_of(d), []).append(cast(Made, d))  # a decision line with its pick
     return found
 
 
-def calls_per_run(runs: list[list[dict[str, Any]]]) -> dict[tuple[str, str], float]:
+def calls_per_run(runs: list[Run]) -> dict[tuple[str, str], float]:
     """(op, key) -> the median over the runs that counted them of the kernel's calls with that key."""
     counted: dict[tuple[str, str], list[int]] = {}
     for run in runs:
@@ -90,11 +104,11 @@ def calls_per_run(runs: list[list[dict[str, Any]]]) -> dict[tuple[str, str], flo
     return {found: statistics.median(ns) for found, ns in counted.items()}
 
 
-def to_price(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def to_price(stock_runs: list[Run], clean_runs: list[Run]) -> list[ToPrice]:
     """The decisions to price: made by both sides, picked differently somewhere; each with the
     call record a run left (or why none did) and every pick as a candidate."""
     stock, clean = by_key(stock_runs), by_key(clean_runs)
-    wanted = []
+    wanted: list[ToPrice] = []
     for key in stock:
         if key not in clean:
             continue
@@ -107,32 +121,30 @@ def to_price(stock_runs: list[list[dict[str, Any]]], clean_runs: list[list[dict[
         why = next((str(c["error"]) for c in calls if "error" in c), None)
         if file is None and why is None:
             why = "its runs recorded no call to make again (only Triton @autotune calls are recorded)"
-        wanted.append({"key": list(key), "file": file, "error": why, "candidates": picks})
+        wanted.append(ToPrice(key=list(key), file=file, error=why, candidates=picks))
     return wanted
 
 
-def _price_noise(prices: dict[str, dict[str, Any]], labels: list[str]) -> float:
+def _price_noise(prices: dict[str, PickPrice], labels: list[str]) -> float:
     """The largest spread of the rounds among ``labels``' prices (relative), NOISE_FLOOR at least."""
     spreads = [(prices[p]["high"] - prices[p]["low"]) / prices[p]["us"] for p in labels]
     return float(max([NOISE_FLOOR, *spreads]))
 
 
-def _side_apart(prices: dict[str, dict[str, Any]], picks: set[str], noise: float) -> bool:
+def _side_apart(prices: dict[str, PickPrice], picks: set[str], noise: float) -> bool:
     """Whether a side's own picks differ by their price beyond the noise."""
     us = [float(prices[p]["us"]) for p in picks]
     return max(us) / min(us) - 1 > noise
 
 
-def classify_priced(
-    stock: list[str], clean: list[str], price: dict[str, Any], side: str, min_effect: float
-) -> dict[str, Any]:
+def classify_priced(stock: list[str], clean: list[str], price: Price, side: str, min_effect: float) -> Judged:
     """The class of a decision whose picks are all priced (``price["prices"]``)."""
     prices = price["prices"]
     s_picks, c_picks = set(stock), set(clean)
     noise = _price_noise(prices, sorted(s_picks | c_picks))
     slower = min(prices[p]["us"] for p in s_picks) / max(prices[p]["us"] for p in c_picks) - 1
     faster = min(prices[p]["us"] for p in c_picks) / max(prices[p]["us"] for p in s_picks) - 1
-    found: dict[str, Any] = {"noise": noise, "rounds": price.get("rounds"), "gap": slower}
+    found: Judged = {"class": WITHIN_NOISE, "reason": "", "noise": noise, "rounds": price.get("rounds"), "gap": slower}
     apart = [name for name, picks in ((STOCK_POLICY, s_picks), (side, c_picks)) if _side_apart(prices, picks, noise)]
     cls = effect(slower, noise, min_effect)
     if cls is not None and side not in apart:
@@ -173,7 +185,7 @@ def _short(label: str, width: int) -> str:
     return label if len(label) <= width else label[: width - 3] + "..."
 
 
-def _slower(clean: list[dict[str, Any]], pick: str, winner: str) -> list[float] | None:
+def _slower(clean: list[Made], pick: str, winner: str) -> list[float] | None:
     """How much slower ``pick`` is than ``winner`` in each clean run (a fraction), or None
     where a clean run did not time both."""
     ratios = []
@@ -185,12 +197,12 @@ def _slower(clean: list[dict[str, Any]], pick: str, winner: str) -> list[float] 
     return ratios
 
 
-NO_COST: dict[str, Any] = {"cost": None, "cost_low": None, "cost_high": None, "clean_spread": None}
+def _no_cost(cls: str, reason: str) -> Judged:
+    """A class that has no cost in the clean runs' timing."""
+    return {"class": cls, "reason": reason, "cost": None, "cost_low": None, "cost_high": None, "clean_spread": None}
 
 
-def classify_by_clean_timing(
-    stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str, min_effect: float = MIN_EFFECT
-) -> dict[str, Any]:
+def classify_by_clean_timing(stock: list[Made], clean: list[Made], side: str, min_effect: float = MIN_EFFECT) -> Judged:
     """The class of a decision that has no price, by the clean runs' own timing: ``changed``
     needs every clean run to agree on a winner and every stock pick to be slower than it, in
     every clean run, by more than the spread of that ratio over the clean runs (the clean
@@ -201,27 +213,28 @@ def classify_by_clean_timing(
         who = f"the {side} runs disagree ({_picks(c_win)})"
         if len(set(s_win)) > 1:
             who += f", and so do the stock runs ({_picks(s_win)})"
-        return {**NO_COST, "class": UNSTABLE, "unstable_side": "both" if len(set(s_win)) > 1 else side, "reason": who}
+        return {**_no_cost(UNSTABLE, who), "unstable_side": "both" if len(set(s_win)) > 1 else side}
     named = _short(c_win[0], 60)
     if c_win[0] in s_win:
         if len(set(s_win)) == 1:
-            return {**NO_COST, "class": UNCHANGED, "reason": f"every run picked {named}"}
+            return _no_cost(UNCHANGED, f"every run picked {named}")
         why = f"the stock runs disagree ({_picks(s_win)}); every {side} run picked {named}"
-        return {**NO_COST, "class": UNSTABLE, "unstable_side": STOCK_POLICY, "reason": why}
+        return {**_no_cost(UNSTABLE, why), "unstable_side": STOCK_POLICY}
     timed = {pick: _slower(clean, pick, c_win[0]) for pick in sorted(set(s_win))}
     per_pick = {pick: r for pick, r in timed.items() if r is not None}
     if len(per_pick) < len(timed):
-        return {**NO_COST, "class": UNDECIDED, "reason": f"the {side} runs did not time the stock pick"}
+        return _no_cost(UNDECIDED, f"the {side} runs did not time the stock pick")
     return _by_clean_ratios(per_pick, s_win, len(clean), side, named, min_effect)
 
 
 def _by_clean_ratios(
     per_pick: dict[str, list[float]], s_win: list[str], runs: int, side: str, named: str, min_effect: float
-) -> dict[str, Any]:
+) -> Judged:
     """The class from each stock pick's ratios to the clean winner, one per clean run."""
     ratios = [r for rs in per_pick.values() for r in rs]
-    found: dict[str, Any] = {**NO_COST, "cost": statistics.median(ratios), "cost_low": min(ratios)}
-    found["cost_high"] = max(ratios)
+    cost = statistics.median(ratios)
+    found = _no_cost(WITHIN_NOISE, "")
+    found["cost"], found["cost_low"], found["cost_high"] = cost, min(ratios), max(ratios)
     if runs < 2:
         return {
             **found,
@@ -229,18 +242,18 @@ def _by_clean_ratios(
             "reason": f"one {side} run: its noise is unknown (run with --runs 2 or more)",
         }
     spread = found["clean_spread"] = max(max(rs) - min(rs) for rs in per_pick.values())
-    cls = effect(found["cost"], spread, min_effect)
+    cls = effect(cost, spread, min_effect)
     if min(ratios) <= 0 or cls is None:
         return {
             **found,
             "class": WITHIN_NOISE,
-            "reason": f"the stock pick is {found['cost']:+.1%} by the {side} timing, inside the {side} runs' "
+            "reason": f"the stock pick is {cost:+.1%} by the {side} timing, inside the {side} runs' "
             f"spread of {spread:.1%}",
         }
     also = f"; the stock runs disagree ({_picks(s_win)})" if len(set(s_win)) > 1 else ""
     counts = Counter(s_win)
     picks = [
-        {"pick": p, "runs": counts[p], "cost": statistics.median(rs), "cost_low": min(rs), "cost_high": max(rs)}
+        StockPick(pick=p, runs=counts[p], cost=statistics.median(rs), cost_low=min(rs), cost_high=max(rs))
         for p, rs in sorted(per_pick.items(), key=lambda item: -counts[item[0]])
     ]
     under = "" if cls == CHANGED else f", under the {min_effect:.0%} floor"
@@ -259,22 +272,19 @@ def _modal(winners: list[str]) -> str:
     return next(w for w in winners if counts[w] == best)  # ties: the earliest run's
 
 
-def _medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+def _medians(runs: list[Made]) -> dict[str, float]:
     labels = [label for label in runs[0]["timings_ms"] if all(label in d["timings_ms"] for d in runs)]
     return {label: statistics.median(d["timings_ms"][label] for d in runs) for label in labels}
 
 
-def _judged(
-    stock: list[dict[str, Any]], clean: list[dict[str, Any]], side: str, price: dict[str, Any] | None, min_effect: float
-) -> dict[str, Any]:
+def _judged(stock: list[Made], clean: list[Made], side: str, price: Price | None, min_effect: float) -> Judged:
     """One decision's class and reason, by price where its picks have one."""
     s_win, c_win = [d["winner"] for d in stock], [d["winner"] for d in clean]
     picks = set(s_win) | set(c_win)
     if len(picks) == 1:
-        return {**NO_COST, "class": UNCHANGED, "reason": f"every run picked {_short(s_win[0], 60)}", "priced": False}
-    prices = (price or {}).get("prices") or {}
-    if picks <= set(prices):
-        return {**NO_COST, **classify_priced(s_win, c_win, price or {}, side, min_effect), "priced": True}
+        return {**_no_cost(UNCHANGED, f"every run picked {_short(s_win[0], 60)}"), "priced": False}
+    if price is not None and picks <= set(price.get("prices") or {}):
+        return {**_no_cost(UNCHANGED, ""), **classify_priced(s_win, c_win, price, side, min_effect), "priced": True}
     found = classify_by_clean_timing(stock, clean, side, min_effect)
     if price is None:  # none was asked for (ab prices what its runs recorded a call of)
         return {**found, "priced": False, "not_priced": "no price was asked for"}
@@ -284,34 +294,34 @@ def _judged(
 
 def _decision(
     key: Key,
-    stock: list[dict[str, Any]],
-    clean: list[dict[str, Any]],
+    stock: list[Made],
+    clean: list[Made],
     side: str,
-    price: dict[str, Any] | None,
+    price: Price | None,
     calls: float | None,
     min_effect: float,
-) -> dict[str, Any]:
+) -> Decision:
     found = _judged(stock, clean, side, price, min_effect)
     s_win, c_win = [d["winner"] for d in stock], [d["winner"] for d in clean]
     s_time, c_time = _medians(stock), _medians(clean)
     both = [label for label in c_time if label in s_time and c_time[label] > 0]
-    record = {
-        "kind": key[0],
-        "op": key[1],
-        "key": key[2],
-        **found,
-        "changed": found["class"] == CHANGED,
-        "stock_winner": _modal(s_win),
-        "clean_winner": _modal(c_win),
-        "stock_winners": s_win,
-        "clean_winners": c_win,
-        "stock_winner_slower_by": found["cost"],
-        "calls": calls,
-        "choices": len(both),
-        "timings_ms": {label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
-    }
-    if found["priced"]:
-        prices = (price or {})["prices"]
+    record = Decision(
+        kind=key[0],
+        op=key[1],
+        key=key[2],
+        **found,  # type: ignore[typeddict-item]  # a Judged, which never holds the price keys below
+        changed=found["class"] == CHANGED,
+        stock_winner=_modal(s_win),
+        clean_winner=_modal(c_win),
+        stock_winners=s_win,
+        clean_winners=c_win,
+        stock_winner_slower_by=found["cost"],
+        calls=calls,
+        choices=len(both),
+        timings_ms={label: {"stock": s_time[label], "clean": c_time[label]} for label in both},
+    )
+    if found["priced"] and price is not None:
+        prices = price["prices"]
         record["prices_us"] = {label: prices[label] for label in sorted(set(s_win) | set(c_win))}
         stock_us, clean_us = prices[record["stock_winner"]]["us"], prices[record["clean_winner"]]["us"]
         record["ratio"] = stock_us / clean_us
@@ -331,12 +341,12 @@ def _decision(
 
 
 def compare(
-    stock_runs: list[list[dict[str, Any]]],
-    clean_runs: list[list[dict[str, Any]]],
+    stock_runs: list[Run],
+    clean_runs: list[Run],
     side: str = "write-read",
-    prices: list[dict[str, Any]] | None = None,
+    prices: list[Price] | None = None,
     min_effect: float = MIN_EFFECT,
-) -> dict[str, Any]:
+) -> Comparison:
     """Match every decision across the runs, classify each (by price where it has one), say
     how reproducible each side's tuning is, and what the changed decisions cost the job."""
     stock, clean = by_key(stock_runs), by_key(clean_runs)
@@ -362,40 +372,40 @@ def compare(
 
 
 def _agreement(
-    stock: dict[Key, list[dict[str, Any]]],
-    clean: dict[Key, list[dict[str, Any]]],
+    stock: dict[Key, list[Made]],
+    clean: dict[Key, list[Made]],
     stock_count: int,
     clean_count: int,
-    decisions: list[dict[str, Any]],
-) -> dict[str, dict[str, int]]:
+    decisions: list[Decision],
+) -> dict[str, Agreement]:
     """Per side: the decisions it made in every run, how many its runs picked alike, and how
     many by price (picks within the noise of each other are one choice)."""
     by_key = {(d["kind"], d["op"], d["key"]): d for d in decisions}
-    found = {}
+    found: dict[str, Agreement] = {}
     for name, records, count in ((STOCK_POLICY, stock, stock_count), ("clean", clean, clean_count)):
         made = [k for k in records if k in by_key and len(records[k]) == count]
         picks = {k: {d["winner"] for d in records[k]} for k in made}
         alike = sum(len(picks[k]) == 1 for k in made)
         near = sum(len(picks[k]) == 1 or _near(by_key[k], picks[k]) for k in made)
-        found[name] = {"runs": count, "made_in_every_run": len(made), "agree": alike, "agree_by_price": near}
+        found[name] = Agreement(runs=count, made_in_every_run=len(made), agree=alike, agree_by_price=near)
     return found
 
 
-def _near(decision: dict[str, Any], picks: set[str]) -> bool:
+def _near(decision: Decision, picks: set[str]) -> bool:
     """Whether one side's different ``picks`` lie within the decision's noise by price."""
     prices = decision.get("prices_us")
     return prices is not None and not _side_apart(prices, picks, decision["noise"])
 
 
-def _total(decisions: list[dict[str, Any]]) -> dict[str, Any]:
+def _total(decisions: list[Decision]) -> Total:
     """What the changed decisions' stock picks cost the job, by price: per call of each (us,
     summed), and weighted by the calls the runs counted where they counted them."""
     priced = [d for d in decisions if d["changed"] and "cost_us" in d]
-    counted = [d for d in priced if d["calls"]]
+    counted = [(d["cost_us"], d["calls"]) for d in priced if d["calls"]]
     return {
         "changed_priced": len(priced),
         "us_per_call_sum": sum(d["cost_us"] for d in priced),
         "counted": len(counted),
-        "us_over_calls": sum(d["cost_us"] * d["calls"] for d in counted),
-        "calls": sum(d["calls"] for d in counted),
+        "us_over_calls": sum(us * calls for us, calls in counted),
+        "calls": sum(calls for _, calls in counted),
     }

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from .._policies import STOCK_POLICY
+from .records import Comparison, EndToEnd, Result, Summary
 from .report import short
 
 
-def draw(result: dict[str, Any], path: str) -> str | None:
+def draw(result: Result, path: str) -> str | None:
     """The figure: each side's agreement, the changed decisions' costs, the end-to-end
     ratios.  None (and the reason in the report) when matplotlib is missing."""
     try:
@@ -23,7 +24,7 @@ def draw(result: dict[str, Any], path: str) -> str | None:
     fig, (agree, cost, e2e) = plt.subplots(1, 3, figsize=(14, 4.5), gridspec_kw={"width_ratios": [0.6, 1.2, 1]})
     _agreement(agree, result)
     _costs(cost, result["comparison"])
-    _end_to_end(e2e, result.get("end_to_end") or {}, result["policy"])
+    _end_to_end(e2e, result.get("end_to_end"), result["policy"])
     fig.suptitle(f"cleanflush ab: stock ({STOCK_POLICY}) vs {result['policy']}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -31,7 +32,7 @@ def draw(result: dict[str, Any], path: str) -> str | None:
     return None
 
 
-def _agreement(ax: Any, result: dict[str, Any]) -> None:
+def _agreement(ax: Any, result: Result) -> None:
     a = result["comparison"]["agreement"]
     sides = [(STOCK_POLICY, a[STOCK_POLICY]), (result["policy"], a["clean"])]
     ax.bar(range(2), [s["made_in_every_run"] for _, s in sides], color="#ddd", label="decisions")
@@ -41,13 +42,15 @@ def _agreement(ax: Any, result: dict[str, Any]) -> None:
     ax.legend(fontsize=7)
 
 
-def _costs(ax: Any, cmp: dict[str, Any]) -> None:
+def _costs(ax: Any, cmp: Comparison) -> None:
     changed = cmp["changed"]
     if changed:
         labels = [f"{short(d['op'].split('.')[-1], 32)}\n{short(d['key'], 32)}" for d in changed]
-        mid = [100 * d["cost"] for d in changed]
-        low = [100 * (d["cost"] - d["cost_low"]) for d in changed]
-        high = [100 * (d["cost_high"] - d["cost"]) for d in changed]
+        # a changed decision has its cost and range (by price, or by the clean timing)
+        costs = [(d["cost"] or 0.0, d["cost_low"] or 0.0, d["cost_high"] or 0.0) for d in changed]
+        mid = [100 * cost for cost, _, _ in costs]
+        low = [100 * (cost - lo) for cost, lo, _ in costs]
+        high = [100 * (hi - cost) for cost, _, hi in costs]
         ax.barh(range(len(mid)), mid, xerr=[low, high], height=0.6, color="#c44")
         ax.set_yticks(range(len(mid)), labels, fontsize=6)
         ax.set_ylim(len(mid) - 0.5, -0.5 - max(0, 2 - len(mid)))
@@ -58,8 +61,11 @@ def _costs(ax: Any, cmp: dict[str, Any]) -> None:
     ax.set_title(f"changed decisions: {len(changed)} of {len(cmp['decisions'])}")
 
 
-def _end_to_end(ax: Any, timed: dict[str, Any], policy: str) -> None:
-    rows = timed.get("graphs", []) + ([{"name": "in total", **timed["total"]}] if timed.get("total") else [])
+def _end_to_end(ax: Any, timed: EndToEnd | None, policy: str) -> None:
+    named: list[tuple[str, Summary]] = [(g["name"], g) for g in timed["graphs"]] if timed else []
+    if timed and "total" in timed:
+        named.append(("in total", timed["total"]))
+    rows = [summary for _, summary in named]
     if not rows:
         ax.text(0.5, 0.5, "no compiled program\nto time end to end", ha="center", va="center")
         ax.set_axis_off()
@@ -73,7 +79,7 @@ def _end_to_end(ax: Any, timed: dict[str, Any], policy: str) -> None:
         ax.axvspan(-100 * noise, 100 * noise, color="#eee", label="same-flush spread")
         ax.legend(fontsize=7)
     ax.barh(range(len(rows)), mid, xerr=[low, high], height=0.6, color="#888")
-    ax.set_yticks(range(len(rows)), [g["name"] for g in rows], fontsize=7)
+    ax.set_yticks(range(len(rows)), [name for name, _ in named], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.axvline(0, color="k", lw=1)
     ax.set_xlabel(f"stock-tuned program slower than {policy}-tuned (%)", fontsize=8)

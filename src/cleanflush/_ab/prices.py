@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._calls import Call, kernel_name
+from .records import PickPrice, Price, Prices, ToPrice
 
 ROUNDS = 5
 CALLS = 10  # calls per candidate and round
@@ -42,23 +43,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def price_all(decisions: list[dict[str, Any]], folder: str, rounds: int, calls: int) -> list[dict[str, Any]]:
+def price_all(decisions: list[ToPrice], folder: str, rounds: int, calls: int) -> list[Price]:
     """Each decision (``{"key", "file", "error", "candidates"}``) with its prices, or why it has none."""
     import torch
 
     device = torch.device("cuda", torch.cuda.current_device())
     read = torch.ones(READ_BYTES // 4, dtype=torch.float32, device=device)
-    found = []
+    found: list[Price] = []
     for number, decision in enumerate(decisions, 1):
         started = time.monotonic()
-        result = {"key": decision["key"]}
-        if decision.get("file") is None:
+        result = Price(key=decision["key"])
+        file = decision.get("file")
+        if file is None:
             result["error"] = decision.get("error") or "no call recorded"
         else:
             try:
-                result.update(
-                    price_one(os.path.join(folder, decision["file"]), decision["candidates"], read, rounds, calls)
-                )
+                priced = price_one(os.path.join(folder, file), decision["candidates"], read, rounds, calls)
+                result["prices"], result["rounds"] = priced["prices"], priced["rounds"]
+                result["calls"], result["kernel"] = priced["calls"], priced["kernel"]
             except Exception as exc:  # a kernel that cannot be found, made again or launched: said, the others go on
                 result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             torch.cuda.empty_cache()
@@ -71,14 +73,13 @@ def price_all(decisions: list[dict[str, Any]], folder: str, rounds: int, calls: 
     return found
 
 
-def price_one(path: str, labels: list[str], read: Any, rounds: int, calls: int) -> dict[str, Any]:
+def price_one(path: str, labels: list[str], read: Any, rounds: int, calls: int) -> Prices:
     """{"prices": {label: {"us", "low", "high", "rounds"}}, "rounds", "calls", "kernel"} for one decision."""
     call = Call.load(path, read.device)
     launches = {label: call.launch(label) for label in labels}
     times = kernel_times(launches, kernel_name(call), read, rounds, calls)
     prices = {
-        label: {"us": statistics.median(ts), "low": min(ts), "high": max(ts), "rounds": ts}
-        for label, ts in times.items()
+        label: PickPrice(us=statistics.median(ts), low=min(ts), high=max(ts), rounds=ts) for label, ts in times.items()
     }
     return {"prices": prices, "rounds": rounds, "calls": calls, "kernel": kernel_name(call)}
 

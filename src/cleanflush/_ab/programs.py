@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._stats import quartiles
+from .records import EndToEnd, Graph, Loaded, ProgramRun, RatioSummary, Summary
 
 MARK = "def benchmark_compiled_module("  # what makes a module Inductor's output code, not a kernel
 REPS = 21  # timed samples of each program
@@ -107,7 +108,7 @@ class _Clock:
         return float(begin.elapsed_time(end)) / 1e3 / calls
 
 
-def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float = SAMPLE_S) -> dict[str, Any]:
+def time_programs(runs: list[ProgramRun], reps: int = REPS, sample_s: float = SAMPLE_S) -> EndToEnd:
     """Time every graph that every run compiled; ``runs``: [{"side", "paths"}], a side being
     the policy its run tuned under, the stock side first.
 
@@ -121,21 +122,21 @@ def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float 
     problems: list[str] = []
     programs = _load_programs(runs, problems)
     sides = list(dict.fromkeys(run["side"] for run in runs))
-    graphs = []
+    graphs: list[Graph] = []
     for number, (graph, found) in enumerate(programs.items(), 1):
         if sorted(p["run"] for p in found) != list(range(len(runs))):
             problems.append(f"graph {number} ({graph}) was not compiled by every run: not timed")
             continue
         samples = _time_graph(found, reps, sample_s)
         graphs.append(
-            {
-                "name": f"graph {number}",
-                "inputs": graph,
-                "programs": {s: [p["path"] for p in found if runs[p["run"]]["side"] == s] for s in sides},
+            Graph(
+                name=f"graph {number}",
+                inputs=graph,
+                programs={s: [p["path"] for p in found if runs[p["run"]]["side"] == s] for s in sides},
                 **_summary({s: [ps for p, ps in zip(found, samples) if runs[p["run"]]["side"] == s] for s in sides}),
-            }
+            )
         )
-    record: dict[str, Any] = {"sides": sides, "graphs": graphs, "problems": problems, "reps": reps}
+    record = EndToEnd(sides=sides, graphs=graphs, problems=problems, reps=reps)
     if graphs:  # the whole job: every graph once per step
         total = {
             s: [
@@ -144,16 +145,18 @@ def time_programs(runs: list[dict[str, Any]], reps: int = REPS, sample_s: float 
             ]
             for s in sides
         }
-        record["total"] = {k: v for k, v in _summary(total).items() if k != "program_samples"}
+        whole = _summary(total)
+        del whole["program_samples"]
+        record["total"] = whole
     return record
 
 
-def _load_programs(runs: list[dict[str, Any]], problems: list[str]) -> dict[str, list[dict[str, Any]]]:
+def _load_programs(runs: list[ProgramRun], problems: list[str]) -> dict[str, list[Loaded]]:
     """graph (its inputs, and which of the run's graphs with them) -> its program in each run,
     each tuned by one call under its run's flush; what cannot load is named in ``problems``."""
     import cleanflush
 
-    programs: dict[str, list[dict[str, Any]]] = {}
+    programs: dict[str, list[Loaded]] = {}
     for r, run in enumerate(runs):
         seen: Counter[str] = Counter()
         for path in run["paths"]:
@@ -173,7 +176,7 @@ def _load_programs(runs: list[dict[str, Any]], problems: list[str]) -> dict[str,
             cuda = any(getattr(getattr(a, "device", None), "type", None) == "cuda" for a in args)
             del args
             programs.setdefault(f"{signature} #{seen[signature]}", []).append(
-                {"run": r, "path": path, "module": module, "cuda": cuda}
+                Loaded(run=r, path=path, module=module, cuda=cuda)
             )
     return programs
 
@@ -183,19 +186,19 @@ def _run(module: Any) -> Callable[[], Any]:
     return lambda: module.call(list(args))
 
 
-def _time_graph(found: list[dict[str, Any]], reps: int, sample_s: float) -> list[list[float]]:
+def _time_graph(found: list[Loaded], reps: int, sample_s: float) -> list[list[float]]:
     """Seconds per call of each program, ``reps`` samples each, the programs interleaved."""
     clock = _Clock(any(p["cuda"] for p in found))
-    found = [{**p, "fn": _run(p["module"])} for p in found]  # inputs made now, freed on return
-    for p in found:  # warm: allocator, caches, clocks
-        clock(p["fn"], 3)
-    calls = max(1, min(10_000, round(sample_s / max(clock(p["fn"], 3) for p in found))))
+    fns = [_run(p["module"]) for p in found]  # inputs made now, freed on return
+    for fn in fns:  # warm: allocator, caches, clocks
+        clock(fn, 3)
+    calls = max(1, min(10_000, round(sample_s / max(clock(fn, 3) for fn in fns))))
     samples: list[list[float]] = [[] for _ in found]
     order = list(range(len(found)))
     for rep in range(reps):
         shift = rep % len(order)
         for i in order[shift:] + order[:shift]:  # every program takes every slot in turn
-            samples[i].append(clock(found[i]["fn"], calls))
+            samples[i].append(clock(fns[i], calls))
     return samples
 
 
@@ -218,7 +221,7 @@ def judge(stock: list[float], clean: list[float]) -> str:
     return WITHIN_NOISE
 
 
-def _summary(program_samples: dict[str, list[list[float]]]) -> dict[str, Any]:
+def _summary(program_samples: dict[str, list[list[float]]]) -> Summary:
     """``program_samples``: side -> its programs' samples, the stock side first."""
     sides = list(program_samples)
     per_side = {s: [statistics.median(col) for col in zip(*program_samples[s])] for s in sides}
@@ -226,7 +229,7 @@ def _summary(program_samples: dict[str, list[list[float]]]) -> dict[str, Any]:
     programs = {s: [statistics.median(ps) for ps in program_samples[s]] for s in sides}
     return {
         "ms": {s: statistics.median(per_side[s]) * 1e3 for s in sides},
-        "ratio": {"q1": q1, "median": median, "q3": q3},
+        "ratio": RatioSummary(q1=q1, median=median, q3=q3),
         "program_ms": {s: [t * 1e3 for t in ts] for s, ts in programs.items()},
         "same_side": {s: max(ts) / min(ts) - 1 if len(ts) > 1 else None for s, ts in programs.items()},
         "verdict": judge(programs[sides[0]], programs[sides[-1]]),

@@ -5,16 +5,16 @@ from __future__ import annotations
 import shlex
 import signal
 from collections import Counter
-from typing import Any
 
 from .._policies import STOCK_POLICY
 from . import programs as _ab_programs
 from .compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE, beyond
+from .records import Comparison, Decision, EndToEnd, Result, Summary
 
 COMPARED = ("triton", "inductor")  # the targets whose flushes decide what ab compares
 
 
-def format_report(result: dict[str, Any]) -> str:
+def format_report(result: Result) -> str:
     cmp, policy = result["comparison"], result["policy"]
     lines = _header(result) + _decisions_lines(cmp, policy, result["runs_compared"])
     r = cmp["ratio_stock_over_clean"]
@@ -38,7 +38,7 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _header(result: dict[str, Any]) -> list[str]:
+def _header(result: Result) -> list[str]:
     cmp, policy = result["comparison"], result["policy"]
     kinds = Counter(d["kind"] for d in cmp["decisions"])
     priced = sum(d["priced"] for d in cmp["decisions"])
@@ -54,7 +54,7 @@ def _header(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def _decisions_lines(cmp: dict[str, Any], policy: str, runs: int) -> list[str]:
+def _decisions_lines(cmp: Comparison, policy: str, runs: int) -> list[str]:
     if not cmp["decisions"]:
         return [
             "no autotuning decision was recorded: does the command autotune (Triton @autotune, "
@@ -79,7 +79,7 @@ def _decisions_lines(cmp: dict[str, Any], policy: str, runs: int) -> list[str]:
     return [*lines, f"unchanged: {cmp['classes'][UNCHANGED]}"]
 
 
-def _changed_lines(cmp: dict[str, Any], policy: str) -> list[str]:
+def _changed_lines(cmp: Comparison, policy: str) -> list[str]:
     changed = cmp["changed"]
     if not changed:
         return [f"the dirty flush changed no decision here {beyond(cmp['min_effect'])}"]
@@ -108,7 +108,7 @@ def _changed_lines(cmp: dict[str, Any], policy: str) -> list[str]:
     return lines
 
 
-def _priced_picks(d: dict[str, Any], side: str, winners: list[str]) -> list[str]:
+def _priced_picks(d: Decision, side: str, winners: list[str]) -> list[str]:
     counts = Counter(winners).most_common()
     lines = []
     for pick, n in counts:
@@ -118,7 +118,7 @@ def _priced_picks(d: dict[str, Any], side: str, winners: list[str]) -> list[str]
     return lines
 
 
-def _price_range(d: dict[str, Any], policy: str, min_effect: float) -> list[str]:
+def _price_range(d: Decision, policy: str, min_effect: float) -> list[str]:
     """A priced decision outside the headline: each side's picks by price, and what a stock
     run's pick costs on average (one bad pick in three runs is unstable, not changed), said
     to be under the floor where it is."""
@@ -134,7 +134,7 @@ def _price_range(d: dict[str, Any], policy: str, min_effect: float) -> list[str]
     return [f"    {', '.join(spans)}; a stock run's pick {said} on average{floor}"]
 
 
-def _clean_timed_picks(d: dict[str, Any], policy: str) -> list[str]:
+def _clean_timed_picks(d: Decision, policy: str) -> list[str]:
     """A change found by the clean runs' own timing (no price): each stock pick's cost there."""
     lines = []
     for p in d["stock_picks"]:
@@ -148,7 +148,7 @@ def _clean_timed_picks(d: dict[str, Any], policy: str) -> list[str]:
     return [*lines, winner, f"    not priced: {d['not_priced']}"]
 
 
-def _clean_us(d: dict[str, Any], pick: str) -> str:
+def _clean_us(d: Decision, pick: str) -> str:
     """A pick's time in the clean runs' own timing (median), so a large ratio of a tiny kernel
     reads as the few microseconds it is."""
     timed = d["timings_ms"].get(pick)
@@ -160,11 +160,11 @@ def short(label: str, width: int = 90) -> str:
     return label if len(label) <= width else label[: width - 3] + "..."
 
 
-def _decision_line(d: dict[str, Any]) -> str:
+def _decision_line(d: Decision) -> str:
     return f"  {d['kind']} {short(d['op'], 70)} [{short(d['key'], 70)}]"
 
 
-def _end_to_end_lines(e2e: dict[str, Any] | None, policy: str, decisions: list[dict[str, Any]]) -> list[str]:
+def _end_to_end_lines(e2e: EndToEnd | None, policy: str, decisions: list[Decision]) -> list[str]:
     if e2e is None:
         if any(d.get("priced") for d in decisions):
             return ["end to end: no run compiled an Inductor program (Triton @autotune decisions are priced above)"]
@@ -172,7 +172,10 @@ def _end_to_end_lines(e2e: dict[str, Any] | None, policy: str, decisions: list[d
             return ["end to end: no run compiled an Inductor program (the decisions above are judged as shown)"]
         return ["end to end: no run compiled an Inductor program, and no run recorded an autotuning decision"]
     lines = []
-    for g in e2e["graphs"] + ([{"name": "in total", **e2e["total"]}] if e2e.get("total") else []):
+    named: list[tuple[str, Summary]] = [(g["name"], g) for g in e2e["graphs"]]
+    if "total" in e2e:
+        named.append(("in total", e2e["total"]))
+    for name, g in named:
         r, noise = g["ratio"], [v for v in g["same_side"].values() if v is not None]
         judged = {
             _ab_programs.SLOWER: "slower, beyond the noise",
@@ -183,7 +186,7 @@ def _end_to_end_lines(e2e: dict[str, Any] | None, policy: str, decisions: list[d
         if noise:
             judged += f" (programs tuned under the same flush differ by up to {max(noise):.1%})"
         lines.append(
-            f"  {g['name']}: {r['median'] - 1:+.1%} (q1 {r['q1'] - 1:+.1%}, q3 {r['q3'] - 1:+.1%}), "
+            f"  {name}: {r['median'] - 1:+.1%} (q1 {r['q1'] - 1:+.1%}, q3 {r['q3'] - 1:+.1%}), "
             f"{g['ms'][STOCK_POLICY]:.3f} ms against {g['ms'][policy]:.3f} ms: {judged}"
         )
     head = (

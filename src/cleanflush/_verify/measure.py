@@ -7,14 +7,14 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import cleanflush
 
 from .. import _policies, _stats
 from .controls import CONTROLS, UNINSTALLED, flushing
 from .probe import GpuProbe
-from .verdict import new_record
+from .verdict import Record, Timings, new_record
 
 DTYPES = ("bfloat16", "float16", "float32")
 REFERENCE_ITERS = 500
@@ -92,7 +92,7 @@ def _counted(run: Callable[[], float], into: dict[str, int]) -> float:
     return value
 
 
-def measure(options: Options, progress: Callable[[str], None]) -> dict[str, Any]:
+def measure(options: Options, progress: Callable[[str], None]) -> Record:
     """Run every measurement on the GPU; return the record ``verdict`` reads."""
     torch, triton = _load(options)
     from .. import _measure
@@ -130,9 +130,7 @@ def _inductor(progress: Callable[[str], None]) -> Any:
         return None
 
 
-def _new_record(
-    options: Options, names: list[str], device: Any, probe: GpuProbe, machine: dict[str, Any]
-) -> dict[str, Any]:
+def _new_record(options: Options, names: list[str], device: Any, probe: GpuProbe, machine: dict[str, Any]) -> Record:
     """The record's header: the kernel, the machine, the software, what cleanflush does here."""
     import torch
     import triton
@@ -175,7 +173,7 @@ def _timed_rounds(
     names: list[str],
     fn: Callable[[], Any],
     inductor: Any,
-    t: dict[str, Any],
+    t: Timings,
     progress: Callable[[str], None],
 ) -> dict[str, dict[str, int]]:
     """Fill the timings ``t`` round by round, interleaved; return the flushes each candidate made."""
@@ -190,7 +188,7 @@ def _timed_rounds(
     def do_bench() -> float:
         return _stats.central_mean(triton.testing.do_bench(fn, return_mode="all")) * 1e3
 
-    def timed(kind: str, name: str, run: Callable[[], float]) -> None:
+    def timed(kind: Literal["do_bench", "inductor"], name: str, run: Callable[[], float]) -> None:
         with flushing(name):
             t[kind].setdefault(name, []).append(_counted(run, flushes[name]))
 

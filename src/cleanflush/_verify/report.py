@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._stats import quartiles
 from .controls import UNINSTALLED
-from .verdict import PASS_SHARE, expected, penalty_share
+from .verdict import PASS_SHARE, ControlsVerdict, Record, Verdict, expected, penalty_share
 
 
 def _table(rows: list[tuple[str, ...]], left: int = 1) -> list[str]:
@@ -23,7 +21,7 @@ def _row(label: str, stat: str, values: list[float], base: float | None) -> tupl
     return (label, stat, f"{median:.2f}", f"{q1:.2f}-{q3:.2f}", rel)
 
 
-def header(record: dict[str, Any]) -> list[str]:
+def header(record: Record) -> list[str]:
     m, s, k = record["machine"], record["software"], record["kernel"]
     clock = (
         f"SM {m['sm_clock_mhz_before'] or '?'} -> {m['sm_clock_mhz_after'] or '?'} MHz "
@@ -49,7 +47,7 @@ def header(record: dict[str, Any]) -> list[str]:
     ]
 
 
-def timings(record: dict[str, Any]) -> list[str]:
+def timings(record: Record) -> list[str]:
     t = record["timings_us"]
     first = record["candidates"][0]
     ref = quartiles(t["reference"][first])[1]
@@ -74,7 +72,7 @@ def timings(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def flushes(record: dict[str, Any]) -> list[str]:
+def flushes(record: Record) -> list[str]:
     lines = []
     for name, counts in record["flushes"].items():
         ran = ", ".join(f"{key} x {n}" for key, n in sorted(counts.items())) or "none"
@@ -82,7 +80,7 @@ def flushes(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def format_report(record: dict[str, Any], verdict: dict[str, Any]) -> str:
+def format_report(record: Record, verdict: Verdict) -> str:
     lines = header(record) + timings(record) + [""] + flushes(record)
     patched = [r for r in record["targets"] if r["patched"]]
     lines.append(f"targets: {len(patched)} of {len(record['targets'])} patched (`cleanflush status` for details)")
@@ -101,7 +99,7 @@ def format_report(record: dict[str, Any], verdict: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_controls(record: dict[str, Any], verdicts: dict[str, Any]) -> str:
+def format_controls(record: Record, verdicts: ControlsVerdict) -> str:
     """The controls run: every candidate, what it must be judged, what it was, by how much."""
     t = record["timings_us"]
     ncu = record.get("ncu") or {}
@@ -132,7 +130,7 @@ def format_controls(record: dict[str, Any], verdicts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _row_of(record: dict[str, Any]) -> tuple[str, ...]:
+def _row_of(record: Record) -> tuple[str, ...]:
     """One table row: the GEMM, what the stock flush costs and what the candidate left."""
     k, t, v = record["kernel"], record["timings_us"], record["verdict"]
     name = record["candidates"][0]
@@ -152,7 +150,7 @@ def _row_of(record: dict[str, Any]) -> tuple[str, ...]:
     return (shape, penalty, f"{shares['noise_us']:.2f}", f"{shares['share']:.0%}", name, v["result"])
 
 
-def format_summary(records: list[dict[str, Any]], result: str) -> str:
+def format_summary(records: list[Record], result: str) -> str:
     """Several GEMMs or devices: one row each, the overall verdict, and the reasons of every
     row that did not pass."""
     rows: list[tuple[str, ...]] = [("GEMM", "stock penalty us", "noise us", "removed", "flush", "verdict")]
@@ -168,7 +166,7 @@ def format_summary(records: list[dict[str, Any]], result: str) -> str:
         v, k = record["verdict"], record["kernel"]
         if v["result"] != "PASS":
             lines.append(f"{k['n']} x {k['k']} {k['dtype']} on cuda:{k['device']}: {v['result']}")
-            reasons = v.get("reasons") or [r for c in v.get("candidates", {}).values() for r in c["reasons"]]
+            reasons = v["reasons"] if "reasons" in v else [r for c in v["candidates"].values() for r in c["reasons"]]
             lines += [f"  - {reason}" for reason in reasons]
     lines += ["", result]
     return "\n".join(lines)

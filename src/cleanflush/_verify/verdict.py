@@ -16,12 +16,78 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, final
+
+if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strings at run time
+    from typing_extensions import NotRequired
 
 from .._stats import quartiles
 from .controls import CLAIMS, CONTROLS
 
 SCHEMA = 2
+
+
+class Kernel(TypedDict):
+    op: str
+    n: int
+    k: int
+    dtype: str
+    device: int
+
+
+class Timings(TypedDict):
+    """Microseconds per round (docs in ``new_record``)."""
+
+    do_bench: dict[str, list[float]]
+    reference: dict[str, list[float]]
+    reference_min: dict[str, list[float]]
+    rotating_graph: list[float]
+    inductor: dict[str, list[float]]
+
+
+class Record(TypedDict):
+    """One verify record (``--json`` writes it; schema 2)."""
+
+    schema: int
+    kernel: Kernel
+    machine: dict[str, Any]  # what the probe found: GPU, driver, clocks, other processes
+    software: dict[str, str]
+    policy: str
+    installed: bool
+    targets: list[dict[str, Any]]  # cleanflush status's rows
+    rounds: int
+    candidates: list[str]
+    timings_us: Timings
+    flushes: dict[str, dict[str, int]]
+    ncu: dict[str, Any] | None  # None (not asked), {"error": why}, or MB per flush
+    verdict: NotRequired[Verdict | ControlsVerdict]  # the command adds it, with its exit code
+    elapsed_s: NotRequired[float]
+
+
+@final  # final: `in` tells a Verdict from a ControlsVerdict
+class Verdict(TypedDict):
+    result: str  # PASS, NO-PENALTY or FAIL
+    reasons: list[str]
+    margin: float | None
+    exit_code: NotRequired[int]
+
+
+@final
+class ControlsVerdict(TypedDict):
+    result: str
+    candidates: dict[str, Verdict]
+    wrong: list[str]
+    exit_code: NotRequired[int]
+
+
+class ShareRules(TypedDict):
+    median: float
+    rounds: float | None
+    below: int
+    needed: int | None
+    shares: list[float | None]
+
+
 PASSING = ("PASS", "NO-PENALTY")  # the results a command exits 0 on
 
 # Every rule that can fail a verdict, with its tolerance (docs/verify.md says where each
@@ -46,15 +112,15 @@ NCU_DIRTY_MB = 1.0  # the GEMM's own output is at most 0.26 MB here; clean runs 
 
 def new_record(
     *,
-    kernel: dict[str, Any],
+    kernel: Kernel,
     machine: dict[str, Any],
-    software: dict[str, Any],
+    software: dict[str, str],
     policy: str,
     installed: bool,
     targets: list[dict[str, Any]],
     rounds: int,
     candidates: list[str],
-) -> dict[str, Any]:
+) -> Record:
     """The one shape of a verify record; ``measure`` fills ``timings_us``, ``flushes``, ``ncu``.
 
     timings_us: {"do_bench": {"stock" | candidate: [us per round]},
@@ -164,7 +230,7 @@ def round_shares(stock: list[float], candidate: list[float], reference: list[flo
     return [(s - c) / (s - r) if s > r else None for s, c, r in zip(stock, candidate, reference)]
 
 
-def share_rules(stock: list[float], candidate: list[float], reference: list[float]) -> dict[str, Any]:
+def share_rules(stock: list[float], candidate: list[float], reference: list[float]) -> ShareRules:
     """Both share rules' margins (negative fails) for a measurable penalty.
 
     median: the median share less PASS_SHARE, plus the noise as a share of the penalty;
@@ -251,7 +317,7 @@ class _Reasons:
         self.lines.append(("" if ok else "FAIL: ") + why)
 
 
-def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
+def judge_candidate(record: Record, candidate: str) -> Verdict:
     """The verdict on do_bench (and, where measured, Inductor) under ``candidate``."""
     if claimed_policy(candidate) == "write" and candidate not in CONTROLS:
         return _verdict("FAIL", ["the policy is 'write', the stock flush: there is no clean flush to verify"], None)
@@ -279,7 +345,7 @@ def judge_candidate(record: dict[str, Any], candidate: str) -> dict[str, Any]:
 
 def _judge_inductor(
     reasons: _Reasons,
-    record: dict[str, Any],
+    record: Record,
     counts: dict[str, int],
     candidate: str,
     do_bench_state: str,
@@ -325,11 +391,11 @@ def _judge_ncu(reasons: _Reasons, ncu: dict[str, Any] | None, candidate: str) ->
     )
 
 
-def _verdict(result: str, reasons: list[str], margin: float | None) -> dict[str, Any]:
+def _verdict(result: str, reasons: list[str], margin: float | None) -> Verdict:
     return {"result": result, "reasons": reasons, "margin": margin}
 
 
-def judge(record: dict[str, Any]) -> dict[str, Any]:
+def judge(record: Record) -> Verdict:
     """The verdict ``cleanflush verify`` prints: the active policy, through every benchmarker."""
     if not record["installed"]:
         return _verdict("FAIL", ["cleanflush is not installed in this process (CLEANFLUSH=0?)"], None)
@@ -347,7 +413,7 @@ def expected(candidate: str) -> str:
     return "FAIL" if candidate in CONTROLS else "PASS"
 
 
-def judge_controls(record: dict[str, Any]) -> dict[str, Any]:
+def judge_controls(record: Record) -> ControlsVerdict:
     """Every candidate judged; the run passes when each real policy PASSes and each
     negative control FAILs (a NO-PENALTY GPU cannot tell them apart: that is said)."""
     verdicts = {name: judge_candidate(record, name) for name in record["candidates"]}
@@ -356,6 +422,6 @@ def judge_controls(record: dict[str, Any]) -> dict[str, Any]:
     return {"result": result, "candidates": verdicts, "wrong": wrong}
 
 
-def _why_not(target: str, record: dict[str, Any]) -> list[str]:
+def _why_not(target: str, record: Record) -> list[str]:
     rows = [r for r in record["targets"] if r["name"] == target and not r["patched"]]
     return [f"  {r['target']}: {r['detail']}" for r in rows]

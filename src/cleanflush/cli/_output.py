@@ -9,6 +9,7 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import IO, Any
 
 # for every command
@@ -71,7 +72,7 @@ def text_stream(json_path: str | None) -> IO[str] | None:
     return sys.stderr if json_path == "-" else sys.stdout
 
 
-def emit(data: dict[str, Any], text: str, json_path: str | None, command: str = "cleanflush") -> None:
+def emit(data: Mapping[str, Any], text: str, json_path: str | None, command: str = "cleanflush") -> None:
     """The text, and with ``--json`` the record: alone on stdout, or written whole in a file.
     Where the file cannot be written after all, the record goes to a file of its own in the
     temporary folder and the text says where: a finished run is never lost."""

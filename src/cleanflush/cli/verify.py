@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
 
 from .._verify import DTYPES, CannotRun, Options, measure, report, verdict
 from .._verify.measure import PRESETS
@@ -92,7 +91,10 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if len(records) == 1:
         [record] = records
         judged = record["verdict"]
-        text = (report.format_controls if args.controls else report.format_report)(record, judged)
+        if "candidates" in judged:
+            text = report.format_controls(record, judged)
+        else:
+            text = report.format_report(record, judged)
         record["elapsed_s"] = elapsed
         emit(record, text, args.json)
         return int(judged["exit_code"])
@@ -107,7 +109,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return _code(overall)
 
 
-def _judged_records(args: argparse.Namespace, start: float) -> list[dict[str, Any]]:
+def _judged_records(args: argparse.Namespace, start: float) -> list[verdict.Record]:
     """One measured and judged record per device and shape; CannotRun where nothing can be measured."""
     shapes = list(dict.fromkeys((args.shape or []) + list(PRESETS.get(args.preset or "", ())))) or [(4096, 4096)]
 
@@ -115,7 +117,7 @@ def _judged_records(args: argparse.Namespace, start: float) -> list[dict[str, An
         print(f"[{time.perf_counter() - start:5.1f} s] {step}", file=sys.stderr, flush=True)
 
     judge = verdict.judge_controls if args.controls else verdict.judge
-    records = []
+    records: list[verdict.Record] = []
     for device in measure.devices(args.device):
         for n, k in shapes:
             if len(shapes) > 1 or args.device != "0":
@@ -123,7 +125,8 @@ def _judged_records(args: argparse.Namespace, start: float) -> list[dict[str, An
             options = Options(n, k, args.dtype, device, args.rounds, args.ncu, args.controls, args.json)
             record = measure.measure(options, progress)
             judged = judge(record)
-            record["verdict"] = {**judged, "exit_code": _code(judged["result"])}
+            judged["exit_code"] = _code(judged["result"])
+            record["verdict"] = judged
             records.append(record)
     return records
 
