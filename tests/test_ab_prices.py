@@ -254,14 +254,14 @@ def test_compiled_kernels_are_carried_to_the_next_run_but_never_tuning_results(t
     run1.mkdir(parents=True)
     (run1 / "kernel.cubin").write_bytes(b"\x7fELF")
     (run1 / "kernel.autotune.json").write_text("{}")
-    _ab._carry_compiled(str(tmp_path / "run1" / "triton"), str(tmp_path / "compiled"))
-    _ab._carry_compiled(str(tmp_path / "compiled"), str(tmp_path / "run2" / "triton"))
+    _ab.folders.carry(str(tmp_path / "run1" / "triton"), str(tmp_path / "compiled"))
+    _ab.folders.carry(str(tmp_path / "compiled"), str(tmp_path / "run2" / "triton"))
     carried = sorted(p.name for p in (tmp_path / "run2" / "triton").rglob("*") if p.is_file())
     assert carried == ["kernel.cubin"]
     # the next run's kernels join those already carried
     (tmp_path / "run2" / "triton" / "def456").mkdir()
     (tmp_path / "run2" / "triton" / "def456" / "other.cubin").write_bytes(b"\x7fELF")
-    _ab._carry_compiled(str(tmp_path / "run2" / "triton"), str(tmp_path / "compiled"))
+    _ab.folders.carry(str(tmp_path / "run2" / "triton"), str(tmp_path / "compiled"))
     assert sorted(p.name for p in (tmp_path / "compiled").rglob("*.cubin")) == ["kernel.cubin", "other.cubin"]
 
 

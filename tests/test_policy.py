@@ -379,3 +379,24 @@ def test_the_flush_follows_the_policys_fields_not_its_name(monkeypatch):
     with cleanflush.policy("read"):
         _flush.flush("test", write=cache.zero_, cache=cache)
     assert cleanflush.flush_counts()[("test", "read")] == 2 and not cache.any()
+
+
+def _recurse_then(depth, fn):
+    return fn() if depth == 0 else _recurse_then(depth - 1, fn)
+
+
+@pytest.mark.parametrize("offset", range(12))
+def test_a_recursion_error_inside_nested_blocks_leaves_no_block_open(offset):
+    # the limit is hit at another place inside __enter__/__exit__ for each offset
+    cleanflush.install()
+
+    def nest():
+        with cleanflush.policy("write"):
+            nest()
+
+    with pytest.raises(RecursionError):
+        _recurse_then(offset, nest)
+    assert _policy.open_blocks() == [] and cleanflush.current_policy() == cleanflush.DEFAULT_POLICY
+    assert os.environ["CLEANFLUSH"] == cleanflush.DEFAULT_POLICY
+    cleanflush.install(policy="read")  # the environment follows the default again
+    assert os.environ["CLEANFLUSH"] == "read"

@@ -1,5 +1,7 @@
 """The explicit pytest entry: -p cleanflush.pytest_plugin, in a separate pytest run."""
 
+import json
+
 import pytest
 
 from cleanflush import pytest_plugin
@@ -151,3 +153,32 @@ def test_the_option_and_the_marker_are_in_pytests_help(pytester):
     )
     found = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "--markers")
     found.stdout.fnmatch_lines(["@pytest.mark.cleanflush(policy): run this test under that cleanflush flush policy"])
+
+
+def test_a_run_with_a_policy_leaves_no_trace_for_the_next_run_in_the_process(tmp_path):
+    # pytest.main twice in one process: the second run has the default policy, and after each
+    # run os.environ is as it was
+    (tmp_path / "test_policy_seen.py").write_text(
+        "import cleanflush\n\ndef test_policy():\n    print('POLICY', cleanflush.current_policy())\n"
+    )
+    script = f"""
+import json, os, sys, pytest, cleanflush
+def environ():  # the outer run's PYTEST_CURRENT_TEST is the inner run's to set and clear
+    return {{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}}
+before = environ()
+args = ["-q", "-s", "-p", "no:cacheprovider", "-p", "cleanflush.pytest_plugin",
+        {str(tmp_path / "test_policy_seen.py")!r}]
+first = pytest.main(["--cleanflush=read", *args])
+after_first = environ()
+second = pytest.main(args)
+after_second = environ()
+print("RESULT", json.dumps([first, second, after_first == before, after_second == before, cleanflush.current_policy()]))
+"""
+    from .conftest import run_python
+
+    out = run_python(script, {"CLEANFLUSH": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = [line.split()[-1] for line in out.stdout.splitlines() if "POLICY" in line and "print" not in line]
+    [result] = [line for line in out.stdout.splitlines() if line.startswith("RESULT")]
+    assert json.loads(result[len("RESULT ") :]) == [0, 0, True, True, "write-read"]
+    assert seen == ["read", "write-read"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
@@ -76,7 +77,9 @@ def record(
     module = getattr(fn, "__module__", None)
     if fn is None or module is None or module == "__main__":
         return "its kernel is defined in __main__ (or nowhere importable): it cannot be made again elsewhere"
-    size = sum(a.untyped_storage().nbytes() for a in _tensors(args, kwargs))
+    # views of one storage (q, k and v of one qkv buffer) are saved, and counted, once
+    storages = {a.untyped_storage().data_ptr(): a.untyped_storage().nbytes() for a in _tensors(args, kwargs)}
+    size = sum(storages.values())
     if size > MAX_BYTES:
         return f"its arguments' storages hold {size / (1 << 30):.1f} GiB: too large to record"
     meta = {k: v for k, v in kwargs.items() if k not in NOT_ARGUMENTS}
@@ -91,15 +94,52 @@ def record(
         "grid_names": grids.names if isinstance(grids, GridRecorder) else [],
         "configs": {str(config): config_spec(config) for config in configs},
     }
-    temporary = f"{path}.{os.getpid()}.tmp"
+    # a name no one can guess, in the same folder, then renamed: whole, or not there (two runs
+    # may record the same key), and never written through a link planted where it goes
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".call-", suffix=".tmp")
     try:
-        torch.save(payload, temporary)
-        os.replace(temporary, path)  # whole, or not there: two runs may record the same key
+        with os.fdopen(handle, "wb") as f:
+            torch.save(payload, f)
+        os.replace(temporary, path)
     except Exception as exc:  # an argument pickle cannot take, a full disk: this decision is not priced
         if os.path.exists(temporary):
             os.unlink(temporary)
         return f"its arguments could not be saved ({type(exc).__name__}: {exc})"[:300]
     return None
+
+
+def before_call(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The arguments of an in-place kernel (``reset_to_zero``, ``restore_value``) as they are
+    before a call that will tune a new key: its tensors that the call writes, copied, the rest
+    as they are; None where nothing needs keeping (the record is then made of ``args``).  The
+    key is computed as Triton's ``Autotuner.run`` does; where it is not found in the cache the
+    copy is made (another layout costs a copy, never a record of changed data)."""
+    written = set(getattr(tuner, "reset_to_zero", None) or []) | set(getattr(tuner, "restore_value", None) or [])
+    names = list(getattr(tuner, "arg_names", []) or [])
+    if not written or not names:
+        return None
+    given = {**dict(zip(names, args)), **kwargs}
+    named = {name: value for name, value in given.items() if name in names}
+    key = [named[k] for k in getattr(tuner, "keys", []) if k in named]
+    key += [str(value.dtype) for value in named.values() if hasattr(value, "dtype")]
+    cache = getattr(tuner, "cache", None)
+    cache = getattr(cache, "data", cache)  # the dict a CountedCache keeps: asked without a count
+    if isinstance(cache, dict) and tuple(key) in cache:  # tuned already: no record comes
+        return None
+    import torch
+
+    copies: dict[int, torch.UntypedStorage] = {}  # storage -> its copy: views of one storage stay views of one copy
+
+    def before(arg: Any) -> Any:
+        if not isinstance(arg, torch.Tensor):
+            return arg
+        storage = arg.untyped_storage()
+        if storage.data_ptr() not in copies:
+            copies[storage.data_ptr()] = storage.clone()  # type: ignore[no-untyped-call]
+        copy: torch.UntypedStorage = copies[storage.data_ptr()]
+        return arg.new_empty(0).set_(copy, arg.storage_offset(), arg.size(), arg.stride())
+
+    return tuple(before(arg) if name in written else arg for name, arg in zip(names, args)) + tuple(args[len(names) :])
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
@@ -131,9 +171,10 @@ class Call:
         act on) where the kernel cannot be found."""
         import torch
 
-        payload = torch.load(path, map_location=device, weights_only=False)
+        with _loadable():  # nothing in the file runs: only the types a record holds are made
+            payload = torch.load(path, map_location=device, weights_only=True)
         module = import_module(payload["module"])
-        tuner = _autotuner(getattr(module, payload["name"], None), payload["name"])
+        tuner = _autotuner_in(module, payload["name"])
         return cls(
             tuner,
             payload["args"],
@@ -179,6 +220,37 @@ class Call:
             tuner.post_hook(full, exception=None)
 
         return call
+
+
+def _loadable() -> Any:
+    """The context in which ``torch.load(weights_only=True)`` takes the classes a record may
+    hold besides tensors and plain values: Triton's ``TensorDescriptor`` and ``dtype``."""
+    import contextlib
+
+    import torch
+
+    allowed = []
+    for module, name in (("triton.tools.tensor_descriptor", "TensorDescriptor"), ("triton.language", "dtype")):
+        try:
+            allowed.append(getattr(import_module(module), name))
+        except (ImportError, AttributeError):  # an older triton: its records hold none of them
+            continue
+    safe = getattr(torch.serialization, "safe_globals", None)
+    return safe(allowed) if safe is not None else contextlib.nullcontext()
+
+
+def _autotuner_in(module: Any, name: str) -> Any:
+    """The ``Autotuner`` of kernel ``name`` in ``module``: under the kernel's own name, or
+    under a name of its own (``tuned = triton.autotune(...)(kernel)``)."""
+    try:
+        return _autotuner(getattr(module, name, None), name)
+    except LookupError:
+        for value in list(vars(module).values()):
+            try:
+                return _autotuner(value, name)
+            except LookupError:
+                continue
+        raise
 
 
 def _autotuner(found: Any, name: str) -> Any:

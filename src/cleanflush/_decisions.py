@@ -26,7 +26,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strings at run time
@@ -113,25 +113,42 @@ def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) 
     }
 
 
-class CountedCache(dict):  # type: ignore[type-arg]
+class CountedCache(MutableMapping[Any, Any]):
     """An autotuner's cache that counts the calls of each key: Triton's ``Autotuner.run`` asks
-    ``key in cache`` once a call, cached or not (its other reads are by ``[]``)."""
+    ``key in cache`` once a call, cached or not (its other reads are by ``[]``).  It keeps the
+    autotuner's own dict and reads and writes through it, so a reference the job took to that
+    dict sees every key tuned after."""
 
     def __init__(self, found: dict[Any, Any], op: str) -> None:
-        super().__init__(found)
-        self.op, self.calls = op, Counter[str]()
+        self.data, self.op, self.calls = found, op, Counter[str]()
         _COUNTED.append(self)
 
     def __contains__(self, key: object) -> bool:
         self.calls[repr(key)] += 1
-        return super().__contains__(key)
+        return key in self.data
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.data[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.data[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        del self.data[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
 
 
 _COUNTED: list[CountedCache] = []  # the caches counting in this process, written at its exit
 
 
 def _counted_calls() -> None:
-    """Append each autotuned kernel's calls per key to the decisions file (at exit)."""
+    """Append each autotuned kernel's calls per key since the last time to the decisions file
+    (at exit; ab adds the lines of a run up)."""
     path = _env.decisions_path()
     for cache in _COUNTED:
         if cache.calls and path is not None:
@@ -140,19 +157,57 @@ def _counted_calls() -> None:
                     f.write(json.dumps({"kind": "calls", "op": cache.op, "counts": dict(cache.calls)}) + "\n")
             except OSError:  # the job is ending: the decisions stand without their counts
                 return
+            cache.calls.clear()
+
+
+def _forget_parents_counts() -> None:
+    # a forked child counts its own calls; its parent writes the ones made before the fork
+    for cache in _COUNTED:
+        cache.calls.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parents_counts)
+
+
+class _Workers:
+    """The counts of a multiprocessing worker (fork, forkserver or spawn), which ends with
+    ``os._exit`` after multiprocessing's own finalizers, never atexit's: written by one."""
+
+    @staticmethod
+    def finalize(_: object) -> None:
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, _counted_calls, exitpriority=0)
+
+
+_WORKERS = _Workers()
+
+
+def _count_in_workers() -> None:
+    """Have every multiprocessing worker started from now on write its counts at its end.
+    A worker's finalizers are cleared as it starts, and its after-fork hooks run then: one of
+    those registers the finalizer (in spawned workers too, where this runs as they load)."""
+    import multiprocessing
+    import multiprocessing.util
+
+    multiprocessing.util.register_after_fork(_WORKERS, _Workers.finalize)
+    if multiprocessing.parent_process() is not None:  # loaded in a worker already running its target
+        _Workers.finalize(_WORKERS)
 
 
 def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     cache = getattr(instance, "cache", None)
     if type(cache) is dict:  # count this kernel's calls from now on
         cache = instance.cache = CountedCache(cache, _op(instance))
-    before = set(cache) if isinstance(cache, dict) else None
+    before = set(cache) if isinstance(cache, (dict, CountedCache)) else None
     timings_before = getattr(instance, "configs_timings", None)
     folder = _env.calls_folder()
     grids = None
     if folder is not None and callable(kwargs.get("grid")):  # what each config's grid is, for its record
         grids = _calls.GridRecorder(kwargs["grid"], _calls.config_names(instance))
         kwargs = {**kwargs, "grid": grids}
+    # an in-place kernel's data as the autotuner timed it, before this call writes it
+    kept = _calls.before_call(instance, args, kwargs) if folder is not None else None
     result = wrapped(*args, **kwargs)
 
     def made() -> list[Tuned]:
@@ -164,7 +219,7 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
         found = [triton_decision(instance, key, timings, instance.cache[key]) for key in set(instance.cache) - before]
         if folder is not None:  # in an ab run: each decision's call, recorded to price its picks
             for decision in found:
-                decision["call"] = _call_record(instance, args, kwargs, grids, folder, decision)
+                decision["call"] = _call_record(instance, kept or args, kwargs, grids, folder, decision)
         return found
 
     _record("triton", "a Triton autotuning decision", made)
@@ -276,6 +331,8 @@ def register() -> None:
     for module in HOOKS:
         wrapt.register_post_import_hook(apply, module)
     atexit.register(_counted_calls)
+    if _env.decisions_path() is not None:  # an ab run: workers' counts too
+        _count_in_workers()
 
 
 def revert() -> None:

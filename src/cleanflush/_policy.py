@@ -147,13 +147,24 @@ class policy:
     def __init__(self, name: str) -> None:
         self.name = check(name)
 
+    # Both ends change the state first, by operations that add no Python frame (a recursion
+    # limit hit in them leaves no block open), and write CLEANFLUSH after: where that write
+    # fails at the limit, the next block's end writes it again.
+
     def __enter__(self) -> str:
         entry = _Entry(self, self.name)
-        _open_here.set(_open_here.get() + (entry,))
-        with PROCESS.lock:
-            PROCESS.open_blocks.append(entry)
-            if PROCESS.exporting:
-                _write_env()
+        try:
+            _open_here.set(_open_here.get() + (entry,))
+            with PROCESS.lock:
+                PROCESS.open_blocks.append(entry)
+                if PROCESS.exporting:
+                    _write_env()
+        except BaseException:  # the block did not open (a RecursionError at the limit): nothing of it stays
+            entry.open = False
+            with PROCESS.lock:
+                if entry in PROCESS.open_blocks:
+                    PROCESS.open_blocks.remove(entry)
+            raise
         return self.name
 
     def __exit__(
@@ -163,15 +174,20 @@ class policy:
         tb: TracebackType | None,
     ) -> None:
         blocks = _open_here.get()
-        here = [e for e in blocks if e.owner is self and e.open]
+        entry = None
+        for candidate in reversed(blocks):  # the newest entry of this block open in this context
+            if candidate.owner is self and candidate.open:
+                entry = candidate
+                break
+        here = entry is not None
         with PROCESS.lock:
-            # ended in another thread or task than it began in (a generator finalised there):
-            # the newest open entry of this block anywhere
-            entry = (
-                here[-1]
-                if here
-                else next((e for e in reversed(PROCESS.open_blocks) if e.owner is self and e.open), None)
-            )
+            if entry is None:
+                # ended in another thread or task than it began in (a generator finalised
+                # there): the newest open entry of this block anywhere
+                for candidate in reversed(PROCESS.open_blocks):
+                    if candidate.owner is self and candidate.open:
+                        entry = candidate
+                        break
             if entry is not None:
                 entry.open = False
                 if entry in PROCESS.open_blocks:

@@ -27,7 +27,7 @@ import pytest
 
 import cleanflush
 
-from . import _policy
+from . import _env, _policy
 
 FORMS = f"@pytest.mark.cleanflush(POLICY) with POLICY one of {', '.join(_policy.POLICIES)}"
 
@@ -49,9 +49,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# what a run found, put back at its end: a second pytest.main in the process starts as the first did
+_BEFORE_RUN = pytest.StashKey[tuple[str, "str | None"]]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cleanflush(policy): run this test under that cleanflush flush policy")
+    config.stash[_BEFORE_RUN] = (_policy.default(), _env.value(_env.POLICY_VAR))
     cleanflush.install(policy=config.getoption("cleanflush"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _BEFORE_RUN not in config.stash:
+        return
+    default, environ = config.stash[_BEFORE_RUN]
+    _policy.set_default(default)
+    _policy.export(cleanflush.is_installed(), environ)
 
 
 def _marked(item: pytest.Item) -> str | None:

@@ -18,9 +18,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -29,7 +31,7 @@ from .. import _env
 from .._env import CALLS_VAR, DECISIONS_VAR, POLICY_VAR
 from .._policies import DEFAULT_POLICY, STOCK_POLICY
 from .._registry import NAMES
-from . import compare
+from . import compare, folders
 from . import programs as _ab_programs
 from .compare import MIN_EFFECT, to_price
 from .records import DecisionLine, EndToEnd, Price, ProgramRun, Result, Run, RunCode
@@ -42,9 +44,8 @@ RUNS = 2  # runs of each side by default: one run cannot tell a change from auto
 def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
     """The environment of one run: its policy, its decisions file, caches of its own, and the
     folder every run records its autotuning calls in (beside the runs' own folders)."""
-    os.makedirs(folder, exist_ok=True)
-    calls = os.path.join(os.path.dirname(folder), "calls")
-    os.makedirs(calls, exist_ok=True)
+    folders.made(folder)
+    calls = folders.made(os.path.join(os.path.dirname(folder), "calls"))
     return {
         **base,
         POLICY_VAR: policy,
@@ -140,17 +141,17 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-def _time_programs(base: dict[str, str], work: str, folders: list[tuple[str, str]], policy: str) -> EndToEnd | None:
+def _time_programs(base: dict[str, str], work: str, runs_in: list[tuple[str, str]], policy: str) -> EndToEnd | None:
     """The end-to-end timing of the programs the runs compiled (``_ab.programs``), in a
     process of its own; None when no run compiled one."""
     unreadable: list[str] = []
     runs = [
-        ProgramRun(side=side, paths=_ab_programs.find(os.path.join(f, "inductor"), unreadable)) for side, f in folders
+        ProgramRun(side=side, paths=_ab_programs.find(os.path.join(f, "inductor"), unreadable)) for side, f in runs_in
     ]
     if not any(r["paths"] for r in runs):
         return None
     print("cleanflush ab: timing the programs every run compiled, end to end", file=sys.stderr, flush=True)
-    folder = os.path.join(work, "end-to-end")
+    folder = folders.fresh(os.path.join(work, "end-to-end"))
     env = {k: v for k, v in run_env(base, policy, folder).items() if k != DECISIONS_VAR}
     spec, out = os.path.join(folder, "spec.json"), os.path.join(folder, "timing.json")
     with open(spec, "w", encoding="utf-8") as f:
@@ -206,27 +207,34 @@ def run(
     """
     base = _env.for_child(**{POLICY_VAR: None, DECISIONS_VAR: None, CALLS_VAR: None})
     work = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="cleanflush-ab-")  # a job may chdir
-    shutil.rmtree(os.path.join(work, "calls"), ignore_errors=True)  # no record of another ab's calls
+    if keep:
+        folders.claim(work)
+    # no record of another ab's calls, no kernels it compiled: the runs start from these alone
+    folders.fresh(os.path.join(work, "calls"))
+    folders.fresh(os.path.join(work, "compiled"))
     done = _Runs({STOCK_POLICY: [], policy: []})
     interrupted, end_to_end, prices, started = False, None, None, time.monotonic()
+    signal_number: int = signal.SIGINT
+    previous = _stop_on_terminate()
     try:
         plan = [s for _ in range(runs) for s in (STOCK_POLICY, policy)]
         for index, side in enumerate(plan, 1):
             _say_progress(index, len(plan), side, started)
-            _one_run(command, base, os.path.join(work, f"run{index}-{side}"), side, job_stdout, done)
+            _one_run(command, base, os.path.join(work, folders.run_folder(index, policy)), side, job_stdout, done)
         prices = _price(base, work, done, policy)
         end_to_end = _time_programs(base, work, done.folders, policy)
-    except KeyboardInterrupt:  # subprocess.run has killed the job: report the runs that finished
-        interrupted = True
+    except KeyboardInterrupt as stop:  # subprocess.run has killed the job: report the runs that finished
+        interrupted, signal_number = True, getattr(stop, "signal_number", signal.SIGINT)
         print("cleanflush ab: interrupted; the report covers the runs that finished", file=sys.stderr)
     finally:
+        _stop_on_terminate(previous)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     result = _record(command, policy, runs, keep, done, prices, min_effect)
     result["interrupted"], result["end_to_end"] = interrupted, end_to_end
     result["elapsed_s"] = time.monotonic() - started
     if interrupted:
-        return result, 130
+        return result, 128 + int(signal_number)
     return result, 1 if any(c["code"] != 0 for c in done.codes) else 0
 
 
@@ -258,6 +266,34 @@ def _record(
     }
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP while ab runs: handled as Ctrl-C is (the job stopped, the runs that
+    finished reported, the temporary folder removed)."""
+
+    def __init__(self, signal_number: int) -> None:
+        super().__init__(signal_number)
+        self.signal_number = signal_number
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_on_terminate(previous: dict[int, Any] | None = None) -> dict[int, Any] | None:
+    """With no argument, make SIGTERM and SIGHUP stop ab as Ctrl-C does, and return the
+    handlers they had; with those, put them back.  Only the main thread can (elsewhere: None)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if previous is not None:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        return None
+
+    def stop(number: int, frame: Any) -> None:
+        raise Stopped(number)
+
+    return {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+
+
 def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[Price]:
     """The independent prices of every decision the runs picked differently (``_ab.prices``),
     timed in a process of its own; each decision that cannot be priced says why."""
@@ -268,8 +304,7 @@ def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[Pr
         return unpriced
     started = time.monotonic()
     print(f"cleanflush ab: pricing the picks of {len(wanted)} decision(s), side by side", file=sys.stderr, flush=True)
-    folder = os.path.join(work, "prices")
-    os.makedirs(folder, exist_ok=True)
+    folder = folders.fresh(os.path.join(work, "prices"))
     spec, out = os.path.join(folder, "spec.json"), os.path.join(folder, "prices.json")
     with open(spec, "w", encoding="utf-8") as f:
         json.dump({"decisions": wanted, "calls_folder": os.path.join(work, "calls")}, f)
@@ -298,16 +333,16 @@ def _say_progress(index: int, count: int, side: str, started: float) -> None:
 
 def _one_run(command: list[str], base: dict[str, str], folder: str, side: str, job_stdout: Any, done: _Runs) -> None:
     """One run of the job under ``side``'s flush, in an empty ``folder``; what it gave goes to ``done``."""
-    shutil.rmtree(folder, ignore_errors=True)
+    folders.fresh(folder)  # never a link: an older run's decisions are not this run's
     env = run_env(base, side, folder)
     compiled = os.path.join(os.path.dirname(folder), "compiled")
-    _carry_compiled(compiled, env["TRITON_CACHE_DIR"])
+    folders.carry(compiled, env["TRITON_CACHE_DIR"])
     try:
         code = subprocess.run(command, env=env, stdout=job_stdout).returncode
     except OSError as exc:  # the command cannot start: say so as a shell would
         print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         code = 127
-    _carry_compiled(env["TRITON_CACHE_DIR"], compiled)
+    folders.carry(env["TRITON_CACHE_DIR"], compiled)
     done.codes.append({"index": len(done.codes) + 1, "policy": side, "code": code})
     done.folders.append((side, folder))
     found, bad = read_decisions(os.path.join(folder, "decisions.jsonl"))
@@ -315,13 +350,6 @@ def _one_run(command: list[str], base: dict[str, str], folder: str, side: str, j
     done.skipped += bad
     for line in bad:
         print(f"cleanflush ab: {line}", file=sys.stderr)
-
-
-def _carry_compiled(source: str, into: str) -> None:
-    """Triton's compiled kernels from ``source`` into ``into``, never its tuning results
-    (``*.autotune.json``): a later run loads what an earlier one compiled, and still tunes."""
-    if os.path.isdir(source):
-        shutil.copytree(source, into, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.autotune.json"))
 
 
 def not_patched() -> list[str]:

@@ -52,25 +52,34 @@ def price_all(decisions: list[ToPrice], folder: str, rounds: int, calls: int) ->
     found: list[Price] = []
     for number, decision in enumerate(decisions, 1):
         started = time.monotonic()
-        result = Price(key=decision["key"])
-        file = decision.get("file")
-        if file is None:
-            result["error"] = decision.get("error") or "no call recorded"
-        else:
-            try:
-                priced = price_one(os.path.join(folder, file), decision["candidates"], read, rounds, calls)
-                result["prices"], result["rounds"] = priced["prices"], priced["rounds"]
-                result["calls"], result["kernel"] = priced["calls"], priced["kernel"]
-            except Exception as exc:  # a kernel that cannot be found, made again or launched: said, the others go on
-                result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            torch.cuda.empty_cache()
+        found.append(price_decision(decision, folder, read, rounds, calls))
+        torch.cuda.empty_cache()
         print(
             f"cleanflush ab: priced {number} of {len(decisions)} ({time.monotonic() - started:.1f} s)",
             file=sys.stderr,
             flush=True,
         )
-        found.append(result)
     return found
+
+
+def price_decision(decision: ToPrice, folder: str, read: Any, rounds: int, calls: int) -> Price:
+    """One decision with its prices, or why it has none: whatever its kernel does when it is
+    found, made again or launched costs this decision's price alone."""
+    result = Price(key=decision["key"])
+    file = decision.get("file")
+    if file is None:
+        result["error"] = decision.get("error") or "no call recorded"
+        return result
+    try:
+        priced = price_one(os.path.join(folder, file), decision["candidates"], read, rounds, calls)
+    # a kernel that cannot be found, made again or launched, or whose module exits when
+    # imported: said for this decision, and the others go on
+    except (Exception, SystemExit) as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return result
+    result["prices"], result["rounds"] = priced["prices"], priced["rounds"]
+    result["calls"], result["kernel"] = priced["calls"], priced["kernel"]
+    return result
 
 
 def price_one(path: str, labels: list[str], read: Any, rounds: int, calls: int) -> Prices:

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 from .. import _ab, _policies
+from .._ab import folders
 from .._ab.compare import MIN_EFFECT
 from .._ab.report import format_report
-from .._policies import STOCK_POLICY
 from ._output import EXIT_USAGE, emit, json_option, output_problem, text_stream
 from .run import command_of, policy_name
 
@@ -30,6 +30,18 @@ def positive(text: str) -> int:
     value = int(text) if text.isascii() and text.isdigit() else 0
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+# More runs a side than this are hours of a real job, and nothing a comparison needs: refused at once
+# rather than found out as memory grows.
+MAX_RUNS = 50
+
+
+def runs_count(text: str) -> int:
+    value = positive(text)
+    if value > MAX_RUNS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_RUNS} runs a side, got {value}")
     return value
 
 
@@ -57,7 +69,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "compiled in each run against each other, end to end.",
         usage="cleanflush ab [--policy P] [--runs N] [--min-effect PCT] [--figure PNG] [--json [PATH]] [--keep DIR] "
         "-- COMMAND [ARGS...]",
-        epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted",
+        epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted "
+        "(143 terminated, 129 hung up)",
     )
     ab.add_argument(
         "--policy",
@@ -67,9 +80,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     ab.add_argument(
         "--runs",
-        type=positive,
+        type=runs_count,
         default=_ab.RUNS,
-        help=f"runs of each side, interleaved (default {_ab.RUNS}: one run cannot tell a change from noise)",
+        help=f"runs of each side, interleaved, {MAX_RUNS} at most (default {_ab.RUNS}: one run cannot tell a "
+        "change from noise)",
     )
     ab.add_argument(
         "--min-effect",
@@ -100,15 +114,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 
 
 def _keep_problem(keep: str | None, policy: str, runs: int) -> str | None:
-    if not keep:
-        return None
-    if os.path.exists(keep) and not os.path.isdir(keep):
-        return f"--keep {keep!r} is a file, not a directory"
-    for index in range(1, 2 * runs + 1):
-        folder = os.path.join(keep, f"run{index}-{STOCK_POLICY if index % 2 else policy}")
-        if os.path.exists(folder) and not os.path.isdir(folder):
-            return f"--keep {keep!r} holds a file where run {index}'s folder goes ({folder!r})"
-    return None
+    return None if keep is None else folders.problem(keep, runs, policy)
 
 
 def _figure_problem(figure: str, json_path: str | None) -> str | None:
@@ -129,8 +135,7 @@ def _figure_problem(figure: str, json_path: str | None) -> str | None:
 
 def _locked(keep: str) -> int | None:
     """An open descriptor holding ``keep``'s lock for this ab, or None where another ab holds it."""
-    os.makedirs(keep, exist_ok=True)
-    fd = os.open(os.path.join(keep, ".cleanflush-ab.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd: int = folders.open_lock(keep)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -171,9 +176,15 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if problem:
         print(f"cleanflush ab: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if args.keep and _locked(args.keep) is None:  # held until this process ends
-        print(f"cleanflush ab: another cleanflush ab is using --keep {args.keep!r}", file=sys.stderr)
-        return EXIT_USAGE
+    if args.keep:
+        try:
+            held = _locked(args.keep)  # held until this process ends
+        except OSError as exc:  # a link where the lock goes (never followed), a folder gone meanwhile
+            print(f"cleanflush ab: --keep {args.keep!r}: its lock cannot be opened ({exc.strerror})", file=sys.stderr)
+            return EXIT_USAGE
+        if held is None:
+            print(f"cleanflush ab: another cleanflush ab is using --keep {args.keep!r}", file=sys.stderr)
+            return EXIT_USAGE
     gpu = _cuda_here()
     if gpu is not True:
         print(
