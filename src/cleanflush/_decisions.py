@@ -169,18 +169,12 @@ def _forget_parents_counts() -> None:
 os.register_at_fork(after_in_child=_forget_parents_counts)
 
 
-class _Workers:
-    """The counts of a multiprocessing worker (fork, forkserver or spawn), which ends with
-    ``os._exit`` after multiprocessing's own finalizers, never atexit's: written by one."""
+def _write_counts_at_worker_end(_: object = None) -> None:
+    """In a multiprocessing worker (fork, forkserver or spawn), which ends with ``os._exit``
+    after multiprocessing's own finalizers, never atexit's: write the counts from one."""
+    import multiprocessing.util
 
-    @staticmethod
-    def finalize(_: object) -> None:
-        import multiprocessing.util
-
-        multiprocessing.util.Finalize(None, _counted_calls, exitpriority=0)
-
-
-_WORKERS = _Workers()
+    multiprocessing.util.Finalize(None, _counted_calls, exitpriority=0)
 
 
 def _count_in_workers() -> None:
@@ -190,9 +184,10 @@ def _count_in_workers() -> None:
     import multiprocessing
     import multiprocessing.util
 
-    multiprocessing.util.register_after_fork(_WORKERS, _Workers.finalize)
+    # keyed by the function itself (the registry holds its key weakly; a function lives on)
+    multiprocessing.util.register_after_fork(_write_counts_at_worker_end, _write_counts_at_worker_end)
     if multiprocessing.parent_process() is not None:  # loaded in a worker already running its target
-        _Workers.finalize(_WORKERS)
+        _write_counts_at_worker_end()
 
 
 def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -192,6 +192,8 @@ def _one_kernel(label: str, entry: _read.ReadBuffer, cache: Any) -> bool:
         written = words.numel() * words.element_size()
         if not words.is_contiguous() or written % 4:
             raise _read.ReadUnavailable("its cache is not a contiguous whole number of 4-byte words")
+        # after the head alone, 2 x L2 (a CUPTI timer has no host time to cover); after the
+        # whole cache, the read tops up to the stock write's bytes as it does without a hold
         data = _region(entry, _read.read_bytes(entry.l2, written, held=head is not None), cache)
         kernel(words.view(-1).view(torch.int32), data, entry.sink)
     except Exception as exc:  # the two kernels of a flush do the same work, with a gap the timer sees

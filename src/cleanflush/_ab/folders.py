@@ -11,7 +11,6 @@ read or written through it.
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import stat
@@ -122,10 +121,6 @@ def open_lock(keep: str) -> int:
     """The descriptor of ``keep``'s lock file, opened without following a link (OSError:
     ELOOP where the lock is one)."""
     return os.open(os.path.join(keep, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-
-
-def is_link_error(exc: OSError) -> bool:
-    return exc.errno == errno.ELOOP
 
 
 def carry(source: str, into: str) -> None:
