@@ -1,6 +1,6 @@
 """Interpreter start-up hook for cleanflush (run from ``cleanflush.pth``).
 
-Imported at every interpreter start where ``CLEANFLUSH`` is set, so it imports nothing and
+Imported at every interpreter start where ``CLEANFLUSH`` (or ``CLEANFLUSH_PICK``) is set, so it imports nothing and
 does almost nothing: unless the value says "off", it puts a finder at the front of
 ``sys.meta_path`` that waits for the first import of a package cleanflush patches (torch,
 triton, a harness, or a script's own module such as GPU MODE's ``utils``).  Only then does
@@ -79,7 +79,9 @@ def _import_cleanflush():
 def boot():
     global booted, report_at_start
     value = os.environ.get("CLEANFLUSH", "")
-    if booted or value.strip().lower() in OFF or not value.strip():
+    # a pick rule alone turns cleanflush on too: the rule runs through its patches
+    asked = value.strip() or os.environ.get("CLEANFLUSH_PICK", "").strip()
+    if booted or value.strip().lower() in OFF or not asked:
         return
     booted = True
     report = os.environ.get("CLEANFLUSH_REPORT")

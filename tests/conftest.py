@@ -53,7 +53,14 @@ def fresh_install():
 
 
 # What a user sets; the mutation run's own CLEANFLUSH_MUTMUT_HITS must reach every child.
-USER_VARIABLES = ("CLEANFLUSH", "CLEANFLUSH_DISABLE", "CLEANFLUSH_REPORT", "CLEANFLUSH_DECISIONS")
+USER_VARIABLES = (
+    "CLEANFLUSH",
+    "CLEANFLUSH_DISABLE",
+    "CLEANFLUSH_REPORT",
+    "CLEANFLUSH_DECISIONS",
+    "CLEANFLUSH_PICK",
+    "CLEANFLUSH_PICK_FLOOR",
+)
 
 
 def environ_without_cleanflush() -> dict[str, str]:
@@ -65,8 +72,7 @@ def run_python(
     code: str, env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter; ``env`` entries set to None are removed."""
-    child_env = dict(os.environ)
-    child_env.pop("CLEANFLUSH", None)
+    child_env = environ_without_cleanflush()
     for key, value in (env or {}).items():
         if value is None:
             child_env.pop(key, None)

@@ -292,7 +292,7 @@ def test_the_report_counts_the_decisions_of_each_kind_and_says_when_one_run_cann
 def test_a_runs_folder_that_is_there_already_is_used(tmp_path):
     # a kept folder's end-to-end timing folder outlives the command that made it
     again = str(tmp_path / "end-to-end")
-    assert _ab.run_env({}, "read", again) == _ab.run_env({}, "read", again)
+    assert _ab.run_env({}, _ab.Side("read", "read"), again) == _ab.run_env({}, _ab.Side("read", "read"), again)
 
 
 def test_an_interrupted_ab_records_no_end_to_end_timing(monkeypatch, capsys, tmp_path):
@@ -326,8 +326,8 @@ def test_the_report_names_its_figure():
 
 
 def test_every_run_gets_caches_of_its_own(tmp_path):
-    a = _ab.run_env({}, "write", str(tmp_path / "1"))
-    b = _ab.run_env({}, "write-read", str(tmp_path / "2"))
+    a = _ab.run_env({}, _ab.Side("write", "write"), str(tmp_path / "1"))
+    b = _ab.run_env({}, _ab.Side("write-read", "write-read"), str(tmp_path / "2"))
     for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CLEANFLUSH_DECISIONS"):
         assert a[key] != b[key]
     assert a["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1" and (a["CLEANFLUSH"], b["CLEANFLUSH"]) == (
@@ -538,6 +538,7 @@ def test_a_recorded_line_word_for_word(recording):
             {
                 "pid": os.getpid(),
                 "policy": "read",
+                "rule": "fastest",
                 "kind": "triton",
                 "op": f"{__name__}.kernel",
                 "key": "(64,)",
@@ -919,8 +920,8 @@ def test_progress_says_how_long_is_left_from_the_second_run_on(capsys):
 
 
 def test_every_run_records_its_calls_in_one_folder_beside_the_runs(tmp_path):
-    a = _ab.run_env({}, "write", str(tmp_path / "run1-write"))
-    b = _ab.run_env({}, "write-read", str(tmp_path / "run2-write-read"))
+    a = _ab.run_env({}, _ab.Side("write", "write"), str(tmp_path / "run1-write"))
+    b = _ab.run_env({}, _ab.Side("write-read", "write-read"), str(tmp_path / "run2-write-read"))
     assert a["CLEANFLUSH_AB_CALLS"] == b["CLEANFLUSH_AB_CALLS"] == str(tmp_path / "calls")
     assert (tmp_path / "calls").is_dir()
 
@@ -971,12 +972,16 @@ def programs_of(tmp_path, at_import):
 
 def test_the_end_to_end_timing_keeps_what_programs_print_off_the_reports_stdout(tmp_path, capfd):
     folders = programs_of(tmp_path, "print('a program says')")
-    record = _ab._time_programs(environ_without_cleanflush(), str(tmp_path), folders, "write-read")
+    record = _ab._time_programs(
+        environ_without_cleanflush(), str(tmp_path), folders, _ab.Side("write-read", "write-read")
+    )
     assert len(record["graphs"]) == 1 and record["problems"] == []
     assert "a program says" not in capfd.readouterr().out
 
 
 def test_a_timing_process_that_dies_saying_bytes_that_are_no_text_is_named(tmp_path):
     folders = programs_of(tmp_path, "os.write(2, b'died \\xff here\\n'); os._exit(3)")
-    record = _ab._time_programs(environ_without_cleanflush(), str(tmp_path), folders, "write-read")
+    record = _ab._time_programs(
+        environ_without_cleanflush(), str(tmp_path), folders, _ab.Side("write-read", "write-read")
+    )
     assert record == {"graphs": [], "problems": ["the timing process failed (exit 3): died \ufffd here"]}

@@ -287,12 +287,13 @@ def test_a_kernel_tuned_under_a_name_of_its_own_is_found():
 
 
 WORKER_COUNTS = """
-import multiprocessing, os
-from cleanflush import _decisions
+import multiprocessing, os, types
+from cleanflush import _autotuner, _decisions
 _decisions._count_in_workers()
 
 def work(_):
-    cache = _decisions.CountedCache({{}}, "lib.kernel")
+    kernel = types.SimpleNamespace(__module__="lib", __name__="kernel")
+    cache = _autotuner.cache_of(types.SimpleNamespace(cache={{}}, base_fn=kernel))
     for _ in range(3):
         (7,) in cache
     return 0
@@ -332,9 +333,10 @@ def test_the_recorder_keeps_the_autotuners_own_cache_dict():
 
 def test_the_counts_a_fork_inherits_are_the_parents_to_write():
     code = """
-import os, json
-from cleanflush import _decisions
-cache = _decisions.CountedCache({}, "lib.kernel")
+import os, json, types
+from cleanflush import _autotuner
+kernel = types.SimpleNamespace(__module__="lib", __name__="kernel")
+cache = _autotuner.cache_of(types.SimpleNamespace(cache={}, base_fn=kernel))
 (1,) in cache
 pid = os.fork()
 if pid == 0:

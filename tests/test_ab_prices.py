@@ -360,7 +360,7 @@ def test_the_prices_are_made_in_a_process_of_their_own_in_the_work_folder(tmp_pa
     monkeypatch.chdir(tmp_path / "elsewhere")
     work = tmp_path / "work"
     done = _ab._Runs({"write": [[decision("c", TIMED)]] * 2, "write-read": [[decision("a", TIMED)]] * 2})
-    priced_now = _ab._price(environ_without_cleanflush(), str(work), done, "write-read")
+    priced_now = _ab._price(environ_without_cleanflush(), str(work), done)
     assert priced_now == [{"key": ["triton", "lib.gemv", "1"], "error": "the pricing process failed (exit 1)"}]
     said = capsys.readouterr()
     assert "cleanflush ab: pricing the picks of 1 decision(s), side by side\n" in said.err
@@ -369,7 +369,10 @@ def test_the_prices_are_made_in_a_process_of_their_own_in_the_work_folder(tmp_pa
     assert spec["calls_folder"] == str(work / "calls") and spec["decisions"][0]["candidates"] == ["a", "c"]
     assert not (tmp_path / "elsewhere" / "prices").exists()
     assert done.pricing_s > 0
-    assert _ab._record(["x"], "write-read", 2, None, done, priced_now, 0.02)["pricing_s"] == done.pricing_s
+    assert (
+        _ab._record(["x"], _ab.sides_of("flush", "write-read"), 2, None, done, priced_now, 0.02)["pricing_s"]
+        == done.pricing_s
+    )
 
 
 @pytest.mark.parametrize("text, fraction", [("2", 0.02), ("0.5", 0.005), (" 2% ", 0.02), ("0", 0.0), ("100", 1.0)])

@@ -199,7 +199,9 @@ def test_help_says_what_each_option_takes():
     ) in verify
     assert "CUDA device index, indices like 0,2, or all: one row per device, one after another (default 0)" in verify
     assert "--disable TARGETS comma-separated targets to keep stock" in run
-    assert run.startswith("usage: cleanflush run [--policy P] [--report FILE] [--disable TARGETS] -- COMMAND")
+    assert run.startswith(
+        "usage: cleanflush run [--policy P] [--pick RULE] [--report FILE] [--disable TARGETS] -- COMMAND"
+    )
     ab = " ".join(cli(["ab", "--help"]).stdout.split())
     assert "--figure PNG draw the comparison (needs matplotlib) " in ab
     assert (

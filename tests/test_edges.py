@@ -297,7 +297,7 @@ def test_a_program_that_imports_cleanflush_still_says_an_invalid_value():
 
 SIGNAL_IN_A_BLOCK = """
 import signal, os, cleanflush
-from cleanflush import _policy
+from cleanflush import _blocks
 
 seen, fired = [], []
 def handler(signum, frame):
@@ -305,13 +305,13 @@ def handler(signum, frame):
         seen.append(cleanflush.current_policy())
 
 signal.signal(signal.SIGUSR1, handler)
-export = _policy._env.export
+export = _blocks._env.export
 def export_then_signal(name, value):  # the signal lands while the block holds the lock
     export(name, value)
     if not fired:
         fired.append(True)
         os.kill(os.getpid(), signal.SIGUSR1)
-_policy._env.export = export_then_signal
+_blocks._env.export = export_then_signal
 with cleanflush.policy("read"):
     inside = cleanflush.current_policy()
 print(seen, inside, cleanflush.current_policy())

@@ -195,6 +195,7 @@ def status_data(**changes):
         "cleanflush": "9.9",
         "python": "/py",
         "programs_get": "write-read (CLEANFLUSH=1)",
+        "pick_rule": "CLEANFLUSH_PICK is unset: autotuners keep their own pick (fastest)",
         "disabled": [],
         "disable_problem": None,
         "autoload_file": None,
@@ -210,6 +211,7 @@ def test_the_status_text_line_by_line():
     assert format_text(status_data()).splitlines() == [
         "cleanflush 9.9 (/py)",
         "environment  write-read (CLEANFLUSH=1)",
+        "pick rule    CLEANFLUSH_PICK is unset: autotuners keep their own pick (fastest)",
         "disabled     none (CLEANFLUSH_DISABLE)",
         "autoload     cleanflush.pth not found in this interpreter: CLEANFLUSH does nothing here",
         "report       CLEANFLUSH_REPORT unset",
@@ -225,7 +227,7 @@ def test_the_status_text_line_by_line():
             environment={"CLEANFLUSH_REPORT": "/r.jsonl"},
         )
     ).splitlines()
-    assert lines[2:5] == [
+    assert lines[3:6] == [
         "disabled     inductor, triton (CLEANFLUSH_DISABLE); CLEANFLUSH_DISABLE names unknown targets x (ignored)",
         "autoload     /site/cleanflush.pth: wakes on the first import of torch, triton or a harness when CLEANFLUSH "
         "is set",

@@ -4,7 +4,8 @@ Importing this package installs its patches (unless ``CLEANFLUSH=0``): every ben
 it knows then flushes L2 with its stock write followed by a float32 read of a separate
 region of at least 2 x L2 (the ``write-read`` policy), so dirty lines are written back
 before the timer starts instead of during the timed kernel.  ``cleanflush.policy("read")``
-selects a read-only flush for a block, ``policy("write")`` the stock one.  Neither torch nor
+selects a read-only flush for a block, ``policy("write")`` the stock one; ``pick("stable")``
+makes autotuners keep the same config among near-ties in every process.  Neither torch nor
 triton is imported here: targets are patched when they are imported, or at once if they
 already are.
 """
@@ -15,18 +16,22 @@ import os
 import sys
 
 from . import _env, _flush, _targets
+from ._pick import PICKS, current_pick, pick
 from ._policies import DEFAULT_POLICY, POLICIES
 from ._policy import current_policy, policy
 from ._state import STATE, TargetStatus
 
 __all__ = [
     "DEFAULT_POLICY",
+    "PICKS",
     "POLICIES",
     "TargetStatus",
+    "current_pick",
     "current_policy",
     "flush_counts",
     "install",
     "is_installed",
+    "pick",
     "policy",
     "status",
     "uninstall",

@@ -123,7 +123,7 @@ def before_call(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tu
     key = [named[k] for k in getattr(tuner, "keys", []) if k in named]
     key += [str(value.dtype) for value in named.values() if hasattr(value, "dtype")]
     cache = getattr(tuner, "cache", None)
-    cache = getattr(cache, "data", cache)  # the dict a CountedCache keeps: asked without a count
+    cache = getattr(cache, "data", cache)  # the dict a TunerCache keeps: asked without a count
     if isinstance(cache, dict) and tuple(key) in cache:  # tuned already: no record comes
         return None
     import torch

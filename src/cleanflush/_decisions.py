@@ -25,8 +25,7 @@ import json
 import os
 import re
 import sys
-from collections import Counter
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strings at run time
@@ -35,6 +34,8 @@ if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strin
 import wrapt
 
 from . import _calls, _env, _patching
+from ._autotuner import WRAPPED, TunerCache, cache_of, ms, op_name
+from ._pick import Picked, current_pick
 from ._policy import current_policy
 from ._state import warn_once
 
@@ -59,6 +60,20 @@ class DecisionLine(TypedDict):
     counts: NotRequired[dict[str, int]]
     pid: NotRequired[int]
     policy: NotRequired[str]
+    rule: NotRequired[str]  # the pick rule the process ran under
+    pick: NotRequired[PickLine]
+
+
+class PickLine(TypedDict):
+    """What the stable pick rule found for a decision (``_pick.Picked``), by label."""
+
+    rule: str
+    fastest: str  # the autotuner's own pick
+    band: float
+    floor: float
+    noise: float | None
+    candidates: list[str]  # within the band after timing again, the autotuner's order
+    timed_again_ms: dict[str, float]
 
 
 class Tuned(TypedDict):
@@ -71,6 +86,7 @@ class Tuned(TypedDict):
     timings_ms: dict[str, float]
     failed_choices: NotRequired[list[str]]
     call: NotRequired[dict[str, str]]
+    pick: NotRequired[PickLine]
 
 
 def write(decision: Tuned) -> None:
@@ -78,7 +94,7 @@ def write(decision: Tuned) -> None:
     path = _env.decisions_path()
     if path is None:
         return
-    line = {"pid": os.getpid(), "policy": current_policy(), **decision}
+    line = {"pid": os.getpid(), "policy": current_policy(), "rule": current_pick(), **decision}
     try:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
@@ -92,65 +108,39 @@ def _winner(timings_ms: dict[str, float]) -> str | None:
     return min(finite, key=finite.__getitem__) if finite else None
 
 
-def _ms(value: Any) -> float:
-    """A timing as the autotuner keeps it (a float, or [median, p20, p80])."""
-    return float(value[0] if isinstance(value, (list, tuple)) else value)
-
-
-def _op(tuner: Any) -> str:
-    """A Triton kernel's name, as decisions name it: its module and function."""
-    fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
-
-
 def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) -> Tuned:
-    return {
+    found: Tuned = {
         "kind": "triton",
-        "op": _op(tuner),
+        "op": op_name(tuner),
         "key": repr(key),
-        "timings_ms": {str(config): _ms(t) for config, t in timings.items()},
+        "timings_ms": {str(config): ms(t) for config, t in timings.items()},
         "winner": str(winner),
     }
+    cache = getattr(tuner, "cache", None)
+    picked = cache.picked.get(key) if isinstance(cache, TunerCache) else None
+    if picked is not None:
+        found["pick"] = pick_line(picked)
+    return found
 
 
-class CountedCache(MutableMapping[Any, Any]):
-    """An autotuner's cache that counts the calls of each key: Triton's ``Autotuner.run`` asks
-    ``key in cache`` once a call, cached or not (its other reads are by ``[]``).  It keeps the
-    autotuner's own dict and reads and writes through it, so a reference the job took to that
-    dict sees every key tuned after."""
-
-    def __init__(self, found: dict[Any, Any], op: str) -> None:
-        self.data, self.op, self.calls = found, op, Counter[str]()
-        _COUNTED.append(self)
-
-    def __contains__(self, key: object) -> bool:
-        self.calls[repr(key)] += 1
-        return key in self.data
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.data[key]
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.data[key] = value
-
-    def __delitem__(self, key: Any) -> None:
-        del self.data[key]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.data)
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-
-_COUNTED: list[CountedCache] = []  # the caches counting in this process, written at its exit
+def pick_line(picked: Picked) -> PickLine:
+    """What the stable rule found, as a decision line carries it."""
+    return {
+        "rule": "stable",
+        "fastest": str(picked.fastest),
+        "band": picked.band,
+        "floor": picked.floor,
+        "noise": picked.noise,
+        "candidates": [str(c) for c in picked.candidates],
+        "timed_again_ms": {str(c): t for c, t in picked.timed_again_ms.items()},
+    }
 
 
 def _counted_calls() -> None:
     """Append each autotuned kernel's calls per key since the last time to the decisions file
     (at exit; ab adds the lines of a run up)."""
     path = _env.decisions_path()
-    for cache in _COUNTED:
+    for cache in WRAPPED:
         if cache.calls and path is not None:
             try:
                 with open(path, "a", encoding="utf-8") as f:
@@ -162,7 +152,7 @@ def _counted_calls() -> None:
 
 def _forget_parents_counts() -> None:
     # a forked child counts its own calls; its parent writes the ones made before the fork
-    for cache in _COUNTED:
+    for cache in WRAPPED:
         cache.calls.clear()
 
 
@@ -191,10 +181,8 @@ def _count_in_workers() -> None:
 
 
 def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    cache = getattr(instance, "cache", None)
-    if type(cache) is dict:  # count this kernel's calls from now on
-        cache = instance.cache = CountedCache(cache, _op(instance))
-    before = set(cache) if isinstance(cache, (dict, CountedCache)) else None
+    cache = cache_of(instance)  # counting this kernel's calls from now on
+    before = set(cache) if cache is not None else None
     timings_before = getattr(instance, "configs_timings", None)
     folder = _env.calls_folder()
     grids = None
@@ -246,7 +234,7 @@ def _record(kind: str, what: str, made: Callable[[], list[Tuned]]) -> None:
 def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> Tuned:
     meta = getattr(tuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or getattr(getattr(tuner, "fn", None), "__name__", "?")
-    labelled = {str(getattr(launcher, "config", launcher)): _ms(t) for launcher, t in timings.items()}
+    labelled = {str(getattr(launcher, "config", launcher)): ms(t) for launcher, t in timings.items()}
     return {
         "kind": "inductor-kernel",
         "op": str(name),

@@ -15,6 +15,13 @@ start-up hook (``_cleanflush_boot``, stdlib only) is looked up here, for the "of
     A file each process that flushed through cleanflush appends one JSON line to at exit.
 ``CLEANFLUSH_DECISIONS``
     A file every autotuning decision is appended to (``cleanflush ab`` sets it per run).
+``CLEANFLUSH_PICK``
+    The pick rule of every autotuner cleanflush patches (``_pick``): ``fastest`` (the
+    autotuner's own, the default) or ``stable``.  Set, it turns cleanflush on at interpreter
+    start as ``CLEANFLUSH=1`` does (unless ``CLEANFLUSH`` says off); while cleanflush is
+    installed it carries the newest open ``pick()`` block to child processes.
+``CLEANFLUSH_PICK_FLOOR``
+    The stable rule's practical floor, a percentage (default 1).
 ``CLEANFLUSH_AB_CALLS``
     A folder where a Triton autotuning call is recorded, the first time a key is tuned, so
     that ``cleanflush ab`` can make it again to time its picks (``cleanflush ab`` sets it).
@@ -36,7 +43,9 @@ DISABLE_VAR = "CLEANFLUSH_DISABLE"
 REPORT_VAR = "CLEANFLUSH_REPORT"
 DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
 CALLS_VAR = "CLEANFLUSH_AB_CALLS"
-VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR, CALLS_VAR)
+PICK_VAR = "CLEANFLUSH_PICK"
+PICK_FLOOR_VAR = "CLEANFLUSH_PICK_FLOOR"
+VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR, CALLS_VAR, PICK_VAR, PICK_FLOOR_VAR)
 
 
 # The values that switch cleanflush off are written once, in the start-up hook, which reads
@@ -105,6 +114,32 @@ def parse_disabled(value: str | None, valid: Iterable[str]) -> Disabled:
 
 def disabled_from_environ(valid: Iterable[str]) -> Disabled:
     return parse_disabled(os.environ.get(DISABLE_VAR), valid)
+
+
+def parse_pick(value: str | None, names: tuple[str, ...], default: str) -> str:
+    """The pick rule a ``CLEANFLUSH_PICK`` value names (unset or empty: ``default``); a
+    ValueError naming the valid ones otherwise."""
+    text = _text(value)
+    if not text:
+        return default
+    if text in names:
+        return text
+    raise ValueError(f"{PICK_VAR}={value!r} is not a pick rule; use one of: {', '.join(names)}")
+
+
+def parse_floor(value: str | None, default: float) -> float:
+    """The fraction a ``CLEANFLUSH_PICK_FLOOR`` percentage gives (unset or empty: ``default``);
+    a ValueError for anything but a percentage from 0 to 100."""
+    text = _text(value).rstrip("%").strip()
+    if not text:
+        return default
+    try:
+        found = float(text)
+    except ValueError:
+        found = -1.0
+    if not 0 <= found <= 100:
+        raise ValueError(f"{PICK_FLOOR_VAR}={value!r} is not a percentage from 0 to 100 (e.g. 1 or 0.5)")
+    return found / 100
 
 
 def decisions_path() -> str | None:

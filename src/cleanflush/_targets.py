@@ -17,7 +17,7 @@ from typing import Any
 
 import wrapt
 
-from . import _children, _decisions, _env, _flush, _policy, _report
+from . import _autotuner, _children, _decisions, _env, _flush, _pick, _policy, _report
 from ._registry import NAMES, TARGETS, Target
 from ._state import STATE, Site, State, TargetStatus, record, say_once, warn_once
 
@@ -27,6 +27,7 @@ class _Install:
     """What install remembers besides ``STATE.installed``."""
 
     env_before: str | None = None  # CLEANFLUSH before the install: what uninstall puts back
+    pick_before: str | None = None  # CLEANFLUSH_PICK before the install, likewise
     hooks_registered: bool = False  # once per process, also across importlib.reload(cleanflush)
 
 
@@ -125,7 +126,10 @@ def install(policy: str | None, source: str) -> bool:
             STATE.installed = True
             STATE.source = source
             INSTALL.env_before = _env.value(_env.POLICY_VAR)
+            INSTALL.pick_before = _env.value(_env.PICK_VAR)
+            _pick.from_environ()
         _policy.export(True, _policy.default())
+        _pick.PICK.export(True, INSTALL.pick_before)
         first_install, INSTALL.hooks_registered = not INSTALL.hooks_registered, True
     disabled()  # a name it does not know is said here, at the user's import or install()
     # Hooks run outside our lock: they may fire inside another thread's import.
@@ -138,11 +142,13 @@ def install(policy: str | None, source: str) -> bool:
                 # wrapt fires the hook at once if the module is already imported
                 wrapt.register_post_import_hook(hook, module)
         _decisions.register()
+        _autotuner.register()
         return True
     for target in TARGETS:
         if any(module in sys.modules for module in target.triggers):
             apply(target)
     _decisions.apply()
+    _autotuner.apply()
     if "multiprocessing.process" in sys.modules:
         _children.apply()
     return True
@@ -157,8 +163,10 @@ def uninstall() -> None:
         for target in TARGETS:
             revert(target)
         _decisions.revert()
+        _autotuner.revert()
         _children.revert()
         _policy.export(False, INSTALL.env_before)
+        _pick.PICK.export(False, INSTALL.pick_before)
 
 
 def adopt(value: str | None) -> None:

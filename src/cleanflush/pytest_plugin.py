@@ -7,7 +7,8 @@ Enabling it installs cleanflush in the test process (its children follow through
 ``CLEANFLUSH``), unless ``CLEANFLUSH=0``: then nothing is patched and every test runs
 stock.  Then, the innermost choice wins:
 
-* ``--cleanflush=POLICY``: the default policy for the whole run;
+* ``--cleanflush=POLICY``: the default policy for the whole run; ``--cleanflush-pick=RULE``:
+  the pick rule of every autotuner in the run (``fastest``, ``stable``), children included;
 * ``@pytest.mark.cleanflush("read")`` (on a test, class or module): that policy;
 * the ``cleanflush_policy`` fixture, parametrized indirectly: the test body runs inside
   ``cleanflush.policy(param)`` and gets its name; an A/B run of the same benchmark::
@@ -27,7 +28,7 @@ import pytest
 
 import cleanflush
 
-from . import _env, _policy
+from . import _env, _pick, _policy
 
 FORMS = f"@pytest.mark.cleanflush(POLICY) with POLICY one of {', '.join(_policy.POLICIES)}"
 
@@ -39,6 +40,13 @@ def _policy_option(text: str) -> str:
         raise pytest.UsageError(str(exc)) from None
 
 
+def _pick_option(text: str) -> str:
+    try:
+        return _pick.PICK.check(text)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--cleanflush",
@@ -47,24 +55,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=f"default cleanflush policy for this run: {', '.join(_policy.POLICIES)}",
     )
+    parser.addoption(
+        "--cleanflush-pick",
+        metavar="RULE",
+        type=_pick_option,
+        default=None,
+        help=f"how autotuners pick among near-ties in this run: {', '.join(_pick.PICKS)}",
+    )
 
 
 # what a run found, put back at its end: a second pytest.main in the process starts as the first did
-_BEFORE_RUN = pytest.StashKey[tuple[str, "str | None"]]()
+_BEFORE_RUN = pytest.StashKey[tuple[str, "str | None", str, "str | None"]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cleanflush(policy): run this test under that cleanflush flush policy")
-    config.stash[_BEFORE_RUN] = (_policy.default(), _env.value(_env.POLICY_VAR))
-    cleanflush.install(policy=config.getoption("cleanflush"))
+    config.stash[_BEFORE_RUN] = (
+        _policy.default(),
+        _env.value(_env.POLICY_VAR),
+        _pick.PICK.default,
+        _env.value(_env.PICK_VAR),
+    )
+    installed = cleanflush.install(policy=config.getoption("cleanflush"))
+    rule = config.getoption("cleanflush_pick")
+    if rule is not None and installed:  # the run's rule, for its children too
+        _pick.PICK.default = rule
+        _pick.PICK.export(True, rule)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _BEFORE_RUN not in config.stash:
         return
-    default, environ = config.stash[_BEFORE_RUN]
+    default, environ, rule, rule_environ = config.stash[_BEFORE_RUN]
     _policy.set_default(default)
     _policy.export(cleanflush.is_installed(), environ)
+    _pick.PICK.default = rule
+    _pick.PICK.export(cleanflush.is_installed(), rule_environ)
 
 
 def _marked(item: pytest.Item) -> str | None:

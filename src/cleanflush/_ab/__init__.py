@@ -25,10 +25,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from .. import _env
-from .._env import CALLS_VAR, DECISIONS_VAR, POLICY_VAR
+from .._env import CALLS_VAR, DECISIONS_VAR, PICK_VAR, POLICY_VAR
+from .._pick import FASTEST, STABLE
 from .._policies import DEFAULT_POLICY, STOCK_POLICY
 from .._registry import NAMES
 from . import compare, folders
@@ -41,14 +42,36 @@ SCHEMA = 3
 RUNS = 2  # runs of each side by default: one run cannot tell a change from autotuning's own noise
 
 
-def run_env(base: dict[str, str], policy: str, folder: str) -> dict[str, str]:
-    """The environment of one run: its policy, its decisions file, caches of its own, and the
-    folder every run records its autotuning calls in (beside the runs' own folders)."""
+class Side(NamedTuple):
+    """One side of an ab: its label (in folder names and the record), flush and pick rule."""
+
+    label: str
+    policy: str
+    pick: str = FASTEST
+
+
+FLUSH, PICK = "flush", "pick"
+COMPARES = (FLUSH, PICK)
+
+
+def sides_of(compared: str, policy: str) -> tuple[Side, Side]:
+    """What ``--compare`` sets against each other: the stock flush and ``policy`` (both with
+    the autotuner's own pick), or the two pick rules (both under ``policy``).  The first side
+    runs first."""
+    if compared == PICK:
+        return Side(FASTEST, policy, FASTEST), Side(STABLE, policy, STABLE)
+    return Side(STOCK_POLICY, STOCK_POLICY), Side(policy, policy)
+
+
+def run_env(base: dict[str, str], side: Side, folder: str) -> dict[str, str]:
+    """The environment of one run: its flush and pick rule, its decisions file, caches of its
+    own, and the folder every run records its autotuning calls in (beside the runs' own folders)."""
     folders.made(folder)
     calls = folders.made(os.path.join(os.path.dirname(folder), "calls"))
     return {
         **base,
-        POLICY_VAR: policy,
+        POLICY_VAR: side.policy,
+        PICK_VAR: side.pick,
         DECISIONS_VAR: os.path.join(folder, "decisions.jsonl"),
         CALLS_VAR: calls,
         "TRITON_CACHE_DIR": os.path.join(folder, "triton"),
@@ -141,7 +164,7 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-def _time_programs(base: dict[str, str], work: str, runs_in: list[tuple[str, str]], policy: str) -> EndToEnd | None:
+def _time_programs(base: dict[str, str], work: str, runs_in: list[tuple[str, str]], side: Side) -> EndToEnd | None:
     """The end-to-end timing of the programs the runs compiled (``_ab.programs``), in a
     process of its own; None when no run compiled one."""
     unreadable: list[str] = []
@@ -152,7 +175,7 @@ def _time_programs(base: dict[str, str], work: str, runs_in: list[tuple[str, str
         return None
     print("cleanflush ab: timing the programs every run compiled, end to end", file=sys.stderr, flush=True)
     folder = folders.fresh(os.path.join(work, "end-to-end"))
-    env = {k: v for k, v in run_env(base, policy, folder).items() if k != DECISIONS_VAR}
+    env = {k: v for k, v in run_env(base, side, folder).items() if k != DECISIONS_VAR}
     spec, out = os.path.join(folder, "spec.json"), os.path.join(folder, "timing.json")
     with open(spec, "w", encoding="utf-8") as f:
         json.dump({"runs": runs}, f)
@@ -179,15 +202,20 @@ def _time_programs(base: dict[str, str], work: str, runs_in: list[tuple[str, str
 class _Runs:
     """What the finished runs of one ``ab`` gave."""
 
-    sides: dict[str, list[Run]]  # side -> each run's decisions
+    sides: dict[str, list[Run]]  # side's label -> each run's decisions, the first side first
     folders: list[tuple[str, str]] = field(default_factory=list)  # (side, run folder)
     codes: list[RunCode] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # decision lines that are none
     pricing_s: float = 0.0  # the wall time the independent prices took
 
-    def compared(self, policy: str) -> int:
+    def compared(self) -> int:
         """Pairs of runs compared: a side without its pair is left out."""
-        return min(len(self.sides[STOCK_POLICY]), len(self.sides[policy]))
+        return min(len(runs) for runs in self.sides.values())
+
+    def paired(self) -> tuple[list[Run], list[Run]]:
+        """Each side's runs that have their pair, the first side first."""
+        first, second = self.sides.values()
+        return first[: self.compared()], second[: self.compared()]
 
 
 def run(
@@ -197,32 +225,36 @@ def run(
     keep: str | None = None,
     job_stdout: Any = None,
     min_effect: float = MIN_EFFECT,
+    compared: str = FLUSH,
 ) -> tuple[Result, int]:
-    """Run ``command`` ``runs`` times under each flush, interleaved; price the picks the runs
-    made differently and time the programs they compiled; return (record, exit code).
+    """Run ``command`` ``runs`` times on each side (``sides_of(compared, policy)``: the two
+    flushes, or the two pick rules), interleaved; price the picks the runs made differently
+    and time the programs they compiled (the flushes only: under one flush, the picks' prices
+    are the comparison); return (record, exit code).
 
     Each run's folder (``runN-SIDE`` in ``keep``, or in a temporary folder removed at the end)
     starts empty, so a kept folder never lends a run another run's decisions.  Ctrl-C stops
     the job and ends with what the finished runs recorded (exit code 130).
     """
-    base = _env.for_child(**{POLICY_VAR: None, DECISIONS_VAR: None, CALLS_VAR: None})
+    base = _env.for_child(**{POLICY_VAR: None, PICK_VAR: None, DECISIONS_VAR: None, CALLS_VAR: None})
     work = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="cleanflush-ab-")  # a job may chdir
     if keep:
         folders.claim(work)
     # no record of another ab's calls, no kernels it compiled: the runs start from these alone
     folders.fresh(os.path.join(work, "calls"))
     folders.fresh(os.path.join(work, "compiled"))
-    done = _Runs({STOCK_POLICY: [], policy: []})
+    sides = sides_of(compared, policy)
+    done = _Runs({side.label: [] for side in sides})
     interrupted, end_to_end, prices, started = False, None, None, time.monotonic()
     signal_number: int = signal.SIGINT
     previous = _stop_on_terminate()
     try:
-        plan = [s for _ in range(runs) for s in (STOCK_POLICY, policy)]
+        plan, labels = [side for _ in range(runs) for side in sides], (sides[0].label, sides[1].label)
         for index, side in enumerate(plan, 1):
-            _say_progress(index, len(plan), side, started)
-            _one_run(command, base, os.path.join(work, folders.run_folder(index, policy)), side, job_stdout, done)
-        prices = _price(base, work, done, policy)
-        end_to_end = _time_programs(base, work, done.folders, policy)
+            _say_progress(index, len(plan), side.label, started)
+            _one_run(command, base, os.path.join(work, folders.run_folder(index, labels)), side, job_stdout, done)
+        prices = _price(base, work, done)
+        end_to_end = _time_programs(base, work, done.folders, sides[1]) if compared == FLUSH else None
     except KeyboardInterrupt as stop:  # subprocess.run has killed the job: report the runs that finished
         interrupted, signal_number = True, getattr(stop, "signal_number", signal.SIGINT)
         print("cleanflush ab: interrupted; the report covers the runs that finished", file=sys.stderr)
@@ -230,7 +262,7 @@ def run(
         _stop_on_terminate(previous)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    result = _record(command, policy, runs, keep, done, prices, min_effect)
+    result = _record(command, sides, runs, keep, done, prices, min_effect)
     result["interrupted"], result["end_to_end"] = interrupted, end_to_end
     result["elapsed_s"] = time.monotonic() - started
     if interrupted:
@@ -240,7 +272,7 @@ def run(
 
 def _record(
     command: list[str],
-    policy: str,
+    sides: tuple[Side, Side],
     runs: int,
     keep: str | None,
     done: _Runs,
@@ -248,22 +280,25 @@ def _record(
     min_effect: float,
 ) -> Result:
     """The record of an ab: what ran, and the comparison of the runs that finished in pairs."""
-    compared = done.compared(policy)
-    return {
+    first, second = done.paired()
+    found: Result = {
         "schema": SCHEMA,
         "command": command,
-        "policy": policy,
+        "compare": PICK if sides[1].label == STABLE else FLUSH,
+        "policy": sides[1].policy,
         "runs": runs,
-        "runs_compared": compared,
+        "runs_compared": done.compared(),
         "work_dir": keep,
         "run_codes": done.codes,
         "skipped_lines": done.skipped,
         "not_patched": not_patched(),
-        "comparison": compare.compare(
-            done.sides[STOCK_POLICY][:compared], done.sides[policy][:compared], policy, prices, min_effect
-        ),
         "pricing_s": done.pricing_s,
     }
+    if found["compare"] == PICK:
+        found["picks"] = compare.compare_picks(first, second, prices, done.codes)
+    else:
+        found["comparison"] = compare.compare(first, second, sides[1].policy, prices, min_effect)
+    return found
 
 
 class Stopped(KeyboardInterrupt):
@@ -294,11 +329,10 @@ def _stop_on_terminate(previous: dict[int, Any] | None = None) -> dict[int, Any]
     return {number: signal.signal(number, stop) for number in STOP_SIGNALS}
 
 
-def _price(base: dict[str, str], work: str, done: _Runs, policy: str) -> list[Price]:
+def _price(base: dict[str, str], work: str, done: _Runs) -> list[Price]:
     """The independent prices of every decision the runs picked differently (``_ab.prices``),
     timed in a process of its own; each decision that cannot be priced says why."""
-    compared = done.compared(policy)
-    wanted = to_price(done.sides[STOCK_POLICY][:compared], done.sides[policy][:compared])
+    wanted = to_price(*done.paired())
     unpriced = [Price(key=w["key"], error=w["error"] or "not priced") for w in wanted]
     if not any(w["file"] for w in wanted):
         return unpriced
@@ -331,22 +365,27 @@ def _say_progress(index: int, count: int, side: str, started: float) -> None:
     )
 
 
-def _one_run(command: list[str], base: dict[str, str], folder: str, side: str, job_stdout: Any, done: _Runs) -> None:
-    """One run of the job under ``side``'s flush, in an empty ``folder``; what it gave goes to ``done``."""
+def _one_run(command: list[str], base: dict[str, str], folder: str, side: Side, job_stdout: Any, done: _Runs) -> None:
+    """One run of the job under ``side``'s flush and pick rule, in an empty ``folder``; what
+    it gave goes to ``done``."""
     folders.fresh(folder)  # never a link: an older run's decisions are not this run's
     env = run_env(base, side, folder)
     compiled = os.path.join(os.path.dirname(folder), "compiled")
     folders.carry(compiled, env["TRITON_CACHE_DIR"])
+    started = time.monotonic()
     try:
         code = subprocess.run(command, env=env, stdout=job_stdout).returncode
     except OSError as exc:  # the command cannot start: say so as a shell would
         print(f"cleanflush ab: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         code = 127
+    wall = time.monotonic() - started
     folders.carry(env["TRITON_CACHE_DIR"], compiled)
-    done.codes.append({"index": len(done.codes) + 1, "policy": side, "code": code})
-    done.folders.append((side, folder))
+    done.codes.append(
+        {"index": len(done.codes) + 1, "policy": side.policy, "side": side.label, "code": code, "wall_s": wall}
+    )
+    done.folders.append((side.label, folder))
     found, bad = read_decisions(os.path.join(folder, "decisions.jsonl"))
-    done.sides[side].append(found)
+    done.sides[side.label].append(found)
     done.skipped += bad
     for line in bad:
         print(f"cleanflush ab: {line}", file=sys.stderr)

@@ -26,6 +26,7 @@ import statistics
 from collections import Counter
 from typing import cast
 
+from .._pick import FASTEST, STABLE
 from .._policies import STOCK_POLICY
 from .._stats import quartiles
 from .records import (
@@ -35,9 +36,13 @@ from .records import (
     DecisionLine,
     Judged,
     Made,
+    PickComparison,
+    PickDecision,
     PickPrice,
+    PickTotal,
     Price,
     Run,
+    RunCode,
     StockPick,
     ToPrice,
     Total,
@@ -376,13 +381,14 @@ def _agreement(
     clean: dict[Key, list[Made]],
     stock_count: int,
     clean_count: int,
-    decisions: list[Decision],
+    decisions: list[Decision] | list[PickDecision],
+    names: tuple[str, str] = (STOCK_POLICY, "clean"),
 ) -> dict[str, Agreement]:
     """Per side: the decisions it made in every run, how many its runs picked alike, and how
     many by price (picks within the noise of each other are one choice)."""
     by_key = {(d["kind"], d["op"], d["key"]): d for d in decisions}
     found: dict[str, Agreement] = {}
-    for name, records, count in ((STOCK_POLICY, stock, stock_count), ("clean", clean, clean_count)):
+    for name, records, count in ((names[0], stock, stock_count), (names[1], clean, clean_count)):
         made = [k for k in records if k in by_key and len(records[k]) == count]
         picks = {k: {d["winner"] for d in records[k]} for k in made}
         alike = sum(len(picks[k]) == 1 for k in made)
@@ -391,10 +397,82 @@ def _agreement(
     return found
 
 
-def _near(decision: Decision, picks: set[str]) -> bool:
+def _near(decision: Decision | PickDecision, picks: set[str]) -> bool:
     """Whether one side's different ``picks`` lie within the decision's noise by price."""
     prices = decision.get("prices_us")
     return prices is not None and not _side_apart(prices, picks, decision["noise"])
+
+
+def compare_picks(
+    fastest_runs: list[Run], stable_runs: list[Run], prices: list[Price] | None, codes: list[RunCode]
+) -> PickComparison:
+    """``--compare pick``: how reproducible each rule's picks are (by pick, and by price:
+    picks within the noise of each other agree), what the stable picks cost against the
+    fastest ones by the independent price, and each side's wall time."""
+    fastest, stable = by_key(fastest_runs), by_key(stable_runs)
+    calls = calls_per_run(fastest_runs + stable_runs)
+    priced = {tuple(p["key"]): p for p in prices or []}
+    decisions = [
+        _pick_decision(k, fastest[k], stable[k], priced.get(k), calls.get((k[1], k[2]))) for k in fastest if k in stable
+    ]
+    walls: dict[str, list[float]] = {FASTEST: [], STABLE: []}
+    for code in codes:
+        if code.get("side") in walls and "wall_s" in code:
+            walls[code["side"]].append(code["wall_s"])
+    return {
+        "decisions": decisions,
+        "agreement": _agreement(
+            fastest, stable, len(fastest_runs), len(stable_runs), decisions, names=(FASTEST, STABLE)
+        ),
+        "total": _pick_total(decisions),
+        "wall_s": walls,
+        "only_one_side": [list(k) for k in fastest if k not in stable] + [list(k) for k in stable if k not in fastest],
+    }
+
+
+def _pick_decision(
+    key: Key, fastest: list[Made], stable: list[Made], price: Price | None, calls: float | None
+) -> PickDecision:
+    f_win, s_win = [d["winner"] for d in fastest], [d["winner"] for d in stable]
+    rules = [d.get("pick") for d in stable]
+    found = PickDecision(
+        kind=key[0],
+        op=key[1],
+        key=key[2],
+        fastest_winners=f_win,
+        stable_winners=s_win,
+        bands=[r["band"] for r in rules if r],
+        candidates=sorted({c for r in rules if r for c in r["candidates"]}),
+        calls=calls,
+        priced=False,
+    )
+    picks = set(f_win) | set(s_win)
+    if len(picks) == 1:
+        return found  # every run picked alike: nothing to price
+    if price is None or not picks <= set(price.get("prices") or {}):
+        found["not_priced"] = (price.get("error") if price else None) or "no price was asked for"
+        return found
+    us = price["prices"]
+    found["priced"], found["prices_us"] = True, {p: us[p] for p in sorted(picks)}
+    found["noise"] = _price_noise(us, sorted(picks))
+    found["fastest_us"] = statistics.fmean(us[w]["us"] for w in f_win)
+    found["stable_us"] = statistics.fmean(us[w]["us"] for w in s_win)
+    found["stable_over_fastest"] = found["stable_us"] / found["fastest_us"]
+    return found
+
+
+def _pick_total(decisions: list[PickDecision]) -> PickTotal:
+    priced = [d for d in decisions if d["priced"]]
+    counted = [d for d in priced if d["calls"]]
+    f_us = sum(d["fastest_us"] * (d["calls"] or 0) for d in counted)
+    s_us = sum(d["stable_us"] * (d["calls"] or 0) for d in counted)
+    return {
+        "priced": len(priced),
+        "counted": len(counted),
+        "fastest_us": f_us,
+        "stable_us": s_us,
+        "ratio": s_us / f_us if f_us else None,
+    }
 
 
 def _total(decisions: list[Decision]) -> Total:

@@ -16,21 +16,19 @@ import shutil
 import stat
 import tempfile
 
-from .._policies import STOCK_POLICY
-
 MARK = ".cleanflush-ab"
 LOCK = ".cleanflush-ab.lock"
 SHARED = ("calls", "compiled", "prices", "end-to-end")
 
 
-def run_folder(index: int, policy: str) -> str:
-    """The name of run ``index``'s folder (1-based; the stock side runs first)."""
-    return f"run{index}-{STOCK_POLICY if index % 2 else policy}"
+def run_folder(index: int, sides: tuple[str, str]) -> str:
+    """The name of run ``index``'s folder (1-based; the first side runs first)."""
+    return f"run{index}-{sides[0] if index % 2 else sides[1]}"
 
 
-def names(runs: int, policy: str) -> list[str]:
+def names(runs: int, sides: tuple[str, str]) -> list[str]:
     """Every name ab makes in its work folder for ``runs`` runs a side."""
-    return [*SHARED, *(run_folder(index, policy) for index in range(1, 2 * runs + 1))]
+    return [*SHARED, *(run_folder(index, sides) for index in range(1, 2 * runs + 1))]
 
 
 def fresh(path: str) -> str:
@@ -53,7 +51,7 @@ def made(path: str) -> str:
     return path
 
 
-def problem(keep: str, runs: int, policy: str) -> str | None:
+def problem(keep: str, runs: int, sides: tuple[str, str]) -> str | None:
     """What makes ``keep`` no work folder for ab, in one line; None where it is one.  Checked
     before the first run, so a run's record is never lost to it afterwards."""
     if not keep:
@@ -63,7 +61,7 @@ def problem(keep: str, runs: int, policy: str) -> str | None:
     above = _first_existing(os.path.dirname(os.path.abspath(keep)))
     if not os.path.isdir(above):
         return f"--keep {keep!r} is under {above!r}, which is a file"
-    return _inside_problem(keep, runs, policy) or _unwritable(keep)
+    return _inside_problem(keep, runs, sides) or _unwritable(keep)
 
 
 def _first_existing(path: str) -> str:
@@ -72,13 +70,13 @@ def _first_existing(path: str) -> str:
     return path
 
 
-def _inside_problem(keep: str, runs: int, policy: str) -> str | None:
+def _inside_problem(keep: str, runs: int, sides: tuple[str, str]) -> str | None:
     if not os.path.isdir(keep):
         return None
     lock = os.path.join(keep, LOCK)
     if os.path.lexists(lock) and not stat.S_ISREG(os.lstat(lock).st_mode):
         return f"--keep {keep!r}: its lock {lock!r} is not a plain file"
-    ours = names(runs, policy)
+    ours = names(runs, sides)
     for name in ours:
         path = os.path.join(keep, name)
         if os.path.lexists(path) and not os.path.islink(path) and not os.path.isdir(path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .._decisions import DecisionLine as DecisionLine  # re-exported: what ab reads
+from .._decisions import PickLine
 
 if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strings at run time
     from typing_extensions import NotRequired
@@ -26,6 +27,7 @@ class Made(TypedDict):
     timings_ms: dict[str, float]
     failed_choices: NotRequired[list[str]]
     call: NotRequired[dict[str, Any]]
+    pick: NotRequired[PickLine]  # what the stable rule found (a run under it)
 
 
 class ToPrice(TypedDict):
@@ -156,8 +158,48 @@ class Comparison(TypedDict):
 
 class RunCode(TypedDict):
     index: int
-    policy: str
+    policy: str  # the run's flush
     code: int
+    side: NotRequired[str]  # its side's label (the policy, or the pick rule with --compare pick)
+    wall_s: NotRequired[float]  # the job's wall time
+
+
+class PickDecision(TypedDict):
+    """One decision under ``--compare pick``: each side's picks, and their prices where they differ."""
+
+    kind: str
+    op: str
+    key: str
+    fastest_winners: list[str]
+    stable_winners: list[str]
+    bands: list[float]  # each stable run's band
+    candidates: list[str]  # every config a stable run kept within its band
+    calls: float | None
+    priced: bool
+    not_priced: NotRequired[str]
+    prices_us: NotRequired[dict[str, PickPrice]]
+    noise: NotRequired[float]
+    fastest_us: NotRequired[float]  # the mean price of the fastest runs' picks, each run counted
+    stable_us: NotRequired[float]
+    stable_over_fastest: NotRequired[float]  # the ratio of those: what the stable rule costs here
+
+
+class PickTotal(TypedDict):
+    """The decisions whose picks differed and were priced, weighted by their calls."""
+
+    priced: int
+    counted: int  # of those, the ones the runs counted calls of
+    fastest_us: float  # sum over the counted of calls x mean price
+    stable_us: float
+    ratio: float | None
+
+
+class PickComparison(TypedDict):
+    decisions: list[PickDecision]
+    agreement: dict[str, Agreement]
+    total: PickTotal
+    wall_s: dict[str, list[float]]  # each side's runs' wall times
+    only_one_side: list[list[str]]
 
 
 class Result(TypedDict):
@@ -172,7 +214,9 @@ class Result(TypedDict):
     run_codes: list[RunCode]
     skipped_lines: list[str]
     not_patched: list[str]
-    comparison: Comparison
+    compare: NotRequired[str]  # "flush" (the stock flush against a clean one) or "pick" (the rules)
+    comparison: NotRequired[Comparison]  # --compare flush
+    picks: NotRequired[PickComparison]  # --compare pick
     pricing_s: float
     interrupted: NotRequired[bool]
     end_to_end: NotRequired[EndToEnd | None]

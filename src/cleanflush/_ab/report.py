@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import shlex
 import signal
+import statistics
 from collections import Counter
 
 from .._policies import STOCK_POLICY
 from . import programs as _ab_programs
 from .compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE, beyond
-from .records import Comparison, Decision, EndToEnd, Result, Summary
+from .records import Comparison, Decision, EndToEnd, PickComparison, PickDecision, Result, Summary
 
 COMPARED = ("triton", "inductor")  # the targets whose flushes decide what ab compares
 
 
 def format_report(result: Result) -> str:
+    if "picks" in result:
+        return format_pick_report(result)
     cmp, policy = result["comparison"], result["policy"]
     lines = _header(result) + _decisions_lines(cmp, policy, result["runs_compared"])
     r = cmp["ratio_stock_over_clean"]
@@ -30,12 +33,83 @@ def format_report(result: Result) -> str:
         lines += _end_to_end_lines(result["end_to_end"], policy, cmp["decisions"])
     if result.get("figure"):
         lines.append(f"figure: {result['figure']}")
-    lines += [f"run {r['index']} ({r['policy']}) {ended(r['code'])}" for r in result["run_codes"] if r["code"] != 0]
+    return "\n".join(lines + _ending_lines(result))
+
+
+def _ending_lines(result: Result) -> list[str]:
+    """The runs that failed, the lines skipped, an interruption."""
+    lines = [
+        f"run {r['index']} ({r.get('side', r['policy'])}) {ended(r['code'])}"
+        for r in result["run_codes"]
+        if r["code"] != 0
+    ]
     if result["skipped_lines"]:
         lines.append(f"decision lines skipped (not decisions): {len(result['skipped_lines'])}")
-    if result["interrupted"]:
+    if result.get("interrupted"):
         lines.append(f"interrupted: {result['runs_compared']} of {result['runs']} pairs of runs compared")
-    return "\n".join(lines)
+    return lines
+
+
+def format_pick_report(result: Result) -> str:
+    """``--compare pick``: each rule's agreement, the decisions whose picks differed, what the
+    stable picks cost by price, and the wall time each rule took."""
+    picks = result["picks"]
+    lines = [
+        f"cleanflush ab: {shown(result['command'])}",
+        f"  the autotuners' own pick (fastest) against the stable rule, both under {result['policy']}, "
+        f"{result['runs']} run(s) each, interleaved, fresh caches per run",
+        "",
+        f"autotuning decisions matched in both: {len(picks['decisions'])}; with the stable rule applied: "
+        f"{sum(bool(d['bands']) for d in picks['decisions'])} (Triton @autotune; Inductor's keep their own pick)",
+    ]
+    for side, a in picks["agreement"].items():
+        lines.append(
+            f"  {side}: {a['agree']} of {a['made_in_every_run']} decisions picked alike in all {a['runs']} runs "
+            f"({a['agree_by_price']} within the noise by price)"
+        )
+    differed = [d for d in picks["decisions"] if len(set(d["fastest_winners"]) | set(d["stable_winners"])) > 1]
+    if differed:
+        lines += ["", "decisions whose picks differed (stable / fastest: the mean price of each side's picks):"]
+    for d in differed:
+        lines += [f"  {short(d['op'], 60)} {short(d['key'], 50)}", *_pick_decision_lines(d)]
+    lines += _pick_total_lines(picks)
+    return "\n".join(lines + _ending_lines(result))
+
+
+def _pick_decision_lines(d: PickDecision) -> list[str]:
+    found = [f"    fastest: {_counted(d['fastest_winners'])}", f"    stable:  {_counted(d['stable_winners'])}"]
+    if d["bands"]:
+        found.append(
+            f"    stable bands {min(d['bands']):.1%}-{max(d['bands']):.1%}, {len(d['candidates'])} config(s) in them"
+        )
+    if d["priced"]:
+        ratio, noise = d["stable_over_fastest"], d["noise"]
+        size = "within the noise" if abs(ratio - 1) <= noise else ("slower" if ratio > 1 else "faster")
+        found.append(f"    stable / fastest {ratio:.4f} by price (noise {noise:.1%}): {size}")
+    else:
+        found.append(f"    not priced: {d.get('not_priced', '')}")
+    return found
+
+
+def _counted(winners: list[str]) -> str:
+    counts = Counter(winners).most_common()
+    return ", ".join(f"{short(w, 50)} x{n}" for w, n in counts)
+
+
+def _pick_total_lines(picks: PickComparison) -> list[str]:
+    t, walls = picks["total"], picks["wall_s"]
+    lines = [""]
+    if t["ratio"] is not None:
+        lines.append(
+            f"job, over the {t['counted']} priced decision(s) whose calls were counted: stable / fastest "
+            f"{t['ratio']:.4f} ({t['stable_us']:.1f} us against {t['fastest_us']:.1f} us of their kernels)"
+        )
+    else:
+        lines.append(f"job: no priced decision with counted calls ({t['priced']} priced)")
+    if walls.get("fastest") and walls.get("stable"):
+        f, s = statistics.median(walls["fastest"]), statistics.median(walls["stable"])
+        lines.append(f"wall time a run, median: fastest {f:.1f} s, stable {s:.1f} s ({s / f - 1:+.1%})")
+    return lines
 
 
 def _header(result: Result) -> list[str]:

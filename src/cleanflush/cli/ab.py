@@ -56,6 +56,12 @@ def percent(text: str) -> float:
     return value / 100
 
 
+COMPARE_HELP = (
+    "flush (default): the stock flush against the clean one; pick: the autotuners' own pick (fastest) "
+    "against the stable rule, both under the clean flush, their picks priced side by side"
+)
+
+
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     ab = commands.add_parser(
         "ab",
@@ -66,12 +72,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "every autotuning decision (Triton's Autotuner, Inductor's max-autotune), workers included; "
         "say how reproducible each side's tuning is, which decisions the dirty flush changed beyond "
         "the clean runs' own spread and what the stock pick costs, and time the programs Inductor "
-        "compiled in each run against each other, end to end.",
-        usage="cleanflush ab [--policy P] [--runs N] [--min-effect PCT] [--figure PNG] [--json [PATH]] [--keep DIR] "
-        "-- COMMAND [ARGS...]",
+        "compiled in each run against each other, end to end.  With --compare pick: the autotuners' own pick against "
+        "the stable rule instead, both under the clean policy, each rule's agreement and what its picks cost.",
+        usage="cleanflush ab [--compare flush|pick] [--policy P] [--runs N] [--min-effect PCT] [--figure PNG] "
+        "[--json [PATH]] [--keep DIR] -- COMMAND [ARGS...]",
         epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted "
         "(143 terminated, 129 hung up)",
     )
+    ab.add_argument("--compare", choices=_ab.COMPARES, default=_ab.FLUSH, help=COMPARE_HELP)
     ab.add_argument(
         "--policy",
         type=clean_policy,
@@ -106,15 +114,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
     """Everything an option needs, checked before the first run."""
-    problem = _keep_problem(args.keep, args.policy, args.runs)
+    sides = _ab.sides_of(args.compare, args.policy)
+    problem = _keep_problem(args.keep, (sides[0].label, sides[1].label), args.runs)
     problem = problem or output_problem(args.json) or output_problem(args.figure, "--figure")
+    if problem is None and args.figure and args.compare == _ab.PICK:
+        problem = "--figure draws the flush comparison; --compare pick has none"
     if problem is None and args.figure:
         problem = _figure_problem(args.figure, args.json)
     return problem
 
 
-def _keep_problem(keep: str | None, policy: str, runs: int) -> str | None:
-    return None if keep is None else folders.problem(keep, runs, policy)
+def _keep_problem(keep: str | None, sides: tuple[str, str], runs: int) -> str | None:
+    return None if keep is None else folders.problem(keep, runs, sides)
 
 
 def _figure_problem(figure: str, json_path: str | None) -> str | None:
@@ -192,7 +203,15 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
     # with the JSON on stdout, the job's own output goes to stderr
     stdout = _job_stdout(args.json)
-    result, code = _ab.run(command, args.policy, args.runs, args.keep, job_stdout=stdout, min_effect=args.min_effect)
+    result, code = _ab.run(
+        command,
+        args.policy,
+        args.runs,
+        args.keep,
+        job_stdout=stdout,
+        min_effect=args.min_effect,
+        compared=args.compare,
+    )
     if args.figure:
         from .._ab.figure import draw  # matplotlib, only when a figure is asked for
 

@@ -6,13 +6,20 @@ import argparse
 import os
 import sys
 
-from .. import _env, _policies, _policy, _registry
+from .. import _env, _pick, _policies, _policy, _registry
 from ._output import EXIT_USAGE, output_problem
 
 
 def policy_name(text: str) -> str:
     try:
         return _policy.check(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def pick_name(text: str) -> str:
+    try:
+        return _pick.PICK.check(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -39,7 +46,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run a command with cleanflush on, in it and every Python child",
         description="Check the policy, then replace this process with COMMAND, run with CLEANFLUSH set: "
         "every Python process it starts is patched from its first import of torch or triton.",
-        usage="cleanflush run [--policy P] [--report FILE] [--disable TARGETS] -- COMMAND [ARGS...]",
+        usage="cleanflush run [--policy P] [--pick RULE] [--report FILE] [--disable TARGETS] -- COMMAND [ARGS...]",
         epilog="exit codes: COMMAND's own (this process becomes it); 2 usage error, 126 COMMAND cannot be run, "
         "127 COMMAND not found",
     )
@@ -48,6 +55,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=policy_name,
         default=_policies.DEFAULT_POLICY,
         help=f"{', '.join(_policies.POLICIES)} (default {_policies.DEFAULT_POLICY})",
+    )
+    run.add_argument(
+        "--pick",
+        type=pick_name,
+        metavar="RULE",
+        help=f"how autotuners pick among near-ties: {', '.join(_pick.PICKS)} ({_env.PICK_VAR}; default: the "
+        f"variable's value, else {_pick.DEFAULT_PICK})",
     )
     run.add_argument(
         "--report", metavar="FILE", help=f"each process that flushed appends a JSON line ({_env.REPORT_VAR})"
@@ -89,6 +103,8 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     changes: dict[str, str | None] = {_env.POLICY_VAR: _policy_for_child(args.policy, command[0])}
     if args.report:
         changes[_env.REPORT_VAR] = os.path.abspath(args.report)
+    if args.pick is not None:
+        changes[_env.PICK_VAR] = args.pick
     if args.disable is not None:
         changes[_env.DISABLE_VAR] = ",".join(sorted(args.disable))
     env = _env.for_child(**changes)

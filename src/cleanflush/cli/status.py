@@ -21,7 +21,7 @@ from typing import Any
 
 import cleanflush
 
-from .. import _env, _policies, _registry, _targets
+from .. import _env, _pick, _policies, _registry, _targets
 from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, json_option, output_problem
 
 SCHEMA = 2
@@ -74,6 +74,22 @@ def programs_get(value: str | None) -> tuple[str | None, str]:
     return chosen, (
         f"{_env.POLICY_VAR}={value}: every Python program started here, and its children, "
         f"flushes with {chosen} from its first import of torch or triton"
+    )
+
+
+def pick_rule_says(value: str | None) -> str:
+    """What the autotuners of a program started with ``CLEANFLUSH_PICK=value`` keep."""
+    try:
+        rule = _env.parse_pick(value, _pick.PICKS, _pick.DEFAULT_PICK)
+    except ValueError as exc:
+        return f"INVALID: {exc}; autotuners keep their own pick ({_pick.FASTEST})"
+    if value is None or not value.strip():
+        return f"{_env.PICK_VAR} is unset: autotuners keep their own pick ({_pick.DEFAULT_PICK})"
+    if rule == _pick.FASTEST:
+        return f"{_env.PICK_VAR}={value}: autotuners keep their own pick"
+    return (
+        f"{_env.PICK_VAR}={value}: Triton @autotune kernels keep the first config, in their own order, "
+        "within the band of the fastest (Inductor's autotuning keeps its own pick)"
     )
 
 
@@ -161,6 +177,7 @@ def collect(progress: bool = False) -> dict[str, Any]:
         "environment": {name: _env.AT_START[name] for name in _env.VARIABLES},
         "programs_get": says,
         "policy": policy,
+        "pick_rule": pick_rule_says(_env.AT_START[_env.PICK_VAR]),
         "disabled": sorted(disabled.names),
         "disable_problem": disabled.problem(_registry.NAMES),
         "autoload_file": _autoload_file(),
@@ -171,7 +188,7 @@ def collect(progress: bool = False) -> dict[str, Any]:
 def problems(data: dict[str, Any], wanted: list[str] | None = None) -> list[str]:
     """What ``status --check`` fails on: an invalid setting, or a target that cannot be
     patched (among the targets named in ``wanted``, when given)."""
-    found = [data["programs_get"]] if data["programs_get"].startswith("INVALID") else []
+    found = [data[k] for k in ("programs_get", "pick_rule") if data.get(k, "").startswith("INVALID")]
     if data["disable_problem"]:
         found.append(data["disable_problem"])
     rows = [t for t in data["targets"] if not wanted or t["name"] in wanted]
@@ -194,6 +211,7 @@ def format_text(data: dict[str, Any]) -> str:
     lines = [
         f"cleanflush {data['cleanflush']} ({data['python']})",
         f"environment  {data['programs_get']}",
+        f"pick rule    {data['pick_rule']}",
         f"disabled     {disabled} ({_env.DISABLE_VAR})"
         + (f"; {data['disable_problem']}" if data["disable_problem"] else ""),
         "autoload     "

@@ -1,0 +1,125 @@
+"""The pick rule: which config an autotuner keeps once it has timed them all.
+
+``fastest`` is the autotuner's own rule: the lowest time it measured.  Near-ties are decided
+by timing noise then, so fresh processes and ranks pick differently (issue #43 lists what
+users measured).  ``stable`` times the configs within a band of the fastest again, together,
+interleaved over ``ROUNDS`` rounds; the band is the larger of a practical floor and the
+noise those rounds show; of the configs still within it, the first in the autotuner's own
+order is kept.  A config that is clearly fastest (alone in the band) is kept as before.
+
+The rule is a ``Choice`` (``_blocks``): ``CLEANFLUSH_PICK``, ``pick()`` blocks, children
+through the variable.  ``_autotuner`` applies it to Triton's ``Autotuner``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from . import _env
+from ._blocks import Block, Choice
+from ._env import PICK_VAR
+from ._state import on_reset, warn_once
+
+FASTEST, STABLE = "fastest", "stable"
+PICKS = (FASTEST, STABLE)
+DEFAULT_PICK = FASTEST  # the autotuner's own until the evidence says otherwise (docs/pick.md)
+# The practical floor of the band: configs this close are one choice.  Chosen from the spread
+# of one config's time between fresh processes on the H200 (benchmarks/results/h200/pick.json).
+FLOOR = 0.01
+ROUNDS = 3  # interleaved rounds of timing again: the fewest that show a spread beside a median
+MOST_TIMED_AGAIN = 8  # a band wider than this keeps the fastest few: tuning time stays bounded
+
+PICK = Choice(PICK_VAR, PICKS, DEFAULT_PICK, "pick rule", "pick rules")
+
+
+class pick(Block):
+    """Select the pick rule for a block::
+
+        with cleanflush.pick("stable"):
+            model(x)  # every autotuner tuning here keeps the stable pick
+
+    Blocks nest; each thread and asyncio task sees its own; processes started inside the
+    block inherit the rule through ``CLEANFLUSH_PICK``.  An unknown name raises ValueError
+    listing the valid ones.
+    """
+
+    choice = PICK
+
+
+def current_pick() -> str:
+    """The rule an autotuner finishing now, in this context, would apply."""
+    return PICK.selected()
+
+
+@on_reset
+def _forget_default() -> None:
+    PICK.default = DEFAULT_PICK
+
+
+def floor() -> float:
+    """The practical floor now: ``CLEANFLUSH_PICK_FLOOR``, or ``FLOOR`` (an invalid value said once)."""
+    try:
+        return _env.parse_floor(_env.value(_env.PICK_FLOOR_VAR), FLOOR)
+    except ValueError as exc:
+        warn_once("pick:floor", f"{exc}; the stable rule uses {FLOOR:.0%}")
+        return FLOOR
+
+
+def from_environ() -> None:
+    """Take the process default from ``CLEANFLUSH_PICK`` (install calls this); an invalid
+    value is said once, and autotuners keep their own pick."""
+    try:
+        PICK.default = _env.parse_pick(_env.value(PICK_VAR), PICKS, DEFAULT_PICK)
+    except ValueError as exc:
+        warn_once("pick:environ", f"{exc}; autotuners keep their own pick ({FASTEST})")
+        PICK.default = FASTEST
+
+
+C = TypeVar("C", bound=Hashable)
+
+
+@dataclass
+class Picked:
+    """What the stable rule found for one decision."""
+
+    winner: object  # the config kept
+    fastest: object  # the autotuner's own pick
+    band: float  # the band used: the floor, or the noise where that is larger
+    floor: float
+    noise: float | None  # the largest spread of the rounds (None: nothing timed again)
+    candidates: list[Any] = field(default_factory=list)  # within the band, the autotuner's order
+    timed_again_ms: dict[Any, float] = field(default_factory=dict)  # each config's median of the rounds
+
+
+def finite(timings: dict[C, float]) -> dict[C, float]:
+    return {c: t for c, t in timings.items() if isinstance(t, (int, float)) and math.isfinite(t)}
+
+
+def stable(
+    order: Sequence[C], timings: dict[C, float], time_again: Callable[[C], float], floor: float, rounds: int = ROUNDS
+) -> Picked:
+    """The stable pick among ``order`` (the autotuner's configs, its order), from its
+    ``timings`` (ms) and ``time_again(config)`` (one more timing, ms).  Raises what
+    ``time_again`` raises: the caller keeps the autotuner's own pick then."""
+    ran = finite(timings)
+    fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
+    near = [c for c in order if c in ran and ran[c] <= ran[fastest] * (1 + floor)]
+    if len(near) < 2:
+        return Picked(fastest, fastest, floor, floor, None, [fastest])
+    if len(near) > MOST_TIMED_AGAIN:
+        kept = set(sorted(near, key=ran.__getitem__)[:MOST_TIMED_AGAIN])
+        near = [c for c in near if c in kept]
+    rounds_ms: dict[C, list[float]] = {c: [] for c in near}
+    for r in range(rounds):
+        for c in near if r % 2 == 0 else near[::-1]:  # each config early and late: drift cancels
+            rounds_ms[c].append(float(time_again(c)))
+    medians = {c: statistics.median(ts) for c, ts in rounds_ms.items()}
+    noise = max(((max(ts) - min(ts)) / medians[c] for c, ts in rounds_ms.items() if medians[c] > 0), default=0.0)
+    band = max(floor, noise)
+    best = min(medians.values())
+    inside = [c for c in near if medians[c] <= best * (1 + band)]
+    return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians))
