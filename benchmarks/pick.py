@@ -5,8 +5,8 @@ Per job: how many decisions each rule picked alike in all runs (by pick, and by 
 independent price), what the stable picks cost against the fastest by that price (each
 decision and the job, weighted by calls), the wall time each rule's runs took; and, for the
 band's floor, how much one config's time moves between fresh processes: for every config
-within 5% of a decision's fastest, the spread (max / min - 1) of the time each fastest run's
-autotuner measured for it.
+within 5% of a decision's fastest, the spread of the time each fastest run's autotuner
+measured for it (max / min - 1), and of that time over its run's fastest (max - min).
 
     python -m benchmarks.pick [OUT_DIR [JOB ...]]      (needs a GPU and each job's library)
 
@@ -76,6 +76,7 @@ def _spread(keep: str) -> dict[str, Any]:
                 lines = [json.loads(line) for line in f if line.strip()]
             runs.append([d for d in lines if d.get("kind") != "calls" and d.get("timings_ms")])
     times: dict[tuple[str, str, str, str], list[float]] = {}
+    ratios: dict[tuple[str, str, str, str], list[float]] = {}
     for run in runs:
         for d in run:
             finite = {c: t for c, t in d["timings_ms"].items() if isinstance(t, (int, float)) and 0 < t < float("inf")}
@@ -85,7 +86,17 @@ def _spread(keep: str) -> dict[str, Any]:
             for config, t in finite.items():
                 if t <= best * (1 + NEAR):
                     times.setdefault((d["kind"], d["op"], d["key"], config), []).append(t)
-    spreads = sorted(max(ts) / min(ts) - 1 for ts in times.values() if len(ts) == len(runs) > 1)
+                    ratios.setdefault((d["kind"], d["op"], d["key"], config), []).append(t / best)
+    return {
+        # the time itself, and the time over its run's fastest (what a pick compares): the
+        # first moves with the GPU's state between processes, the second is what the band covers
+        "time": _quantiles([max(ts) / min(ts) - 1 for ts in times.values() if len(ts) == len(runs) > 1]),
+        "over_fastest": _quantiles([max(rs) - min(rs) for rs in ratios.values() if len(rs) == len(runs) > 1]),
+    }
+
+
+def _quantiles(spreads: list[float]) -> dict[str, Any]:
+    spreads = sorted(spreads)
     if not spreads:
         return {"configs": 0}
     return {

@@ -2,10 +2,13 @@
 
 ``fastest`` is the autotuner's own rule: the lowest time it measured.  Near-ties are decided
 by timing noise then, so fresh processes and ranks pick differently (issue #43 lists what
-users measured).  ``stable`` times the configs within a band of the fastest again, together,
-interleaved over ``ROUNDS`` rounds; the band is the larger of a practical floor and the
-noise those rounds show; of the configs still within it, the first in the autotuner's own
-order is kept.  A config that is clearly fastest (alone in the band) is kept as before.
+users measured).  ``stable`` times the configs within twice the floor of the fastest again,
+together, interleaved over ``ROUNDS`` rounds (twice: a config near the edge of the band in
+the autotuner's sweep still takes part); the band is the larger of the practical floor and
+the noise those rounds show (the median of each config's spread: one config that stalled
+once does not widen it); of the configs within the band of the fastest by those rounds, the
+first in the autotuner's own order is kept.  A config that is clearly fastest (alone within
+twice the floor) is kept as before, with nothing timed again.
 
 The rule is a ``Choice`` (``_blocks``): ``CLEANFLUSH_PICK``, ``pick()`` blocks, children
 through the variable.  ``_autotuner`` applies it to Triton's ``Autotuner``.
@@ -31,6 +34,7 @@ DEFAULT_PICK = FASTEST  # the autotuner's own until the evidence says otherwise 
 # of one config's time between fresh processes on the H200 (benchmarks/results/h200/pick.json).
 FLOOR = 0.01
 ROUNDS = 3  # interleaved rounds of timing again: the fewest that show a spread beside a median
+WINDOW = 2  # the configs timed again: within WINDOW x the floor of the fastest in the sweep
 MOST_TIMED_AGAIN = 8  # a band wider than this keeps the fastest few: tuning time stays bounded
 
 PICK = Choice(PICK_VAR, PICKS, DEFAULT_PICK, "pick rule", "pick rules")
@@ -107,7 +111,7 @@ def stable(
     ``time_again`` raises: the caller keeps the autotuner's own pick then."""
     ran = finite(timings)
     fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
-    near = [c for c in order if c in ran and ran[c] <= ran[fastest] * (1 + floor)]
+    near = [c for c in order if c in ran and ran[c] <= ran[fastest] * (1 + WINDOW * floor)]
     if len(near) < 2:
         return Picked(fastest, fastest, floor, floor, None, [fastest])
     if len(near) > MOST_TIMED_AGAIN:
@@ -118,7 +122,8 @@ def stable(
         for c in near if r % 2 == 0 else near[::-1]:  # each config early and late: drift cancels
             rounds_ms[c].append(float(time_again(c)))
     medians = {c: statistics.median(ts) for c, ts in rounds_ms.items()}
-    noise = max(((max(ts) - min(ts)) / medians[c] for c, ts in rounds_ms.items() if medians[c] > 0), default=0.0)
+    spreads = [(max(ts) - min(ts)) / medians[c] for c, ts in rounds_ms.items() if medians[c] > 0]
+    noise = statistics.median(spreads) if spreads else 0.0
     band = max(floor, noise)
     best = min(medians.values())
     inside = [c for c in near if medians[c] <= best * (1 + band)]

@@ -39,10 +39,12 @@ print(json.dumps({"pick": str(scale.best_config), "rule": cleanflush.current_pic
 
 def _picks(rule, decisions, runs=4):
     found = []
+    job = decisions.parent / "job.py"  # Triton compiles a kernel from its source file
+    job.write_text(JOB)
     for _ in range(runs):
         env = {**environ_without_cleanflush(), "CLEANFLUSH": "1", "CLEANFLUSH_PICK": rule}
         env["CLEANFLUSH_DECISIONS"] = str(decisions)
-        child = subprocess.run([sys.executable, "-c", JOB], capture_output=True, text=True, env=env, timeout=300)
+        child = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, env=env, timeout=300)
         assert child.returncode == 0, child.stderr[-3000:]
         found.append(json.loads(child.stdout.strip().splitlines()[-1]))
     assert {f["rule"] for f in found} == {rule}
