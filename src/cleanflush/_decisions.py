@@ -73,7 +73,7 @@ class PickLine(TypedDict):
     floor: float
     noise: float | None
     candidates: list[str]  # within the band after timing again, the autotuner's order
-    timed_again_ms: dict[str, float]
+    timed_again: dict[str, float]  # each config's median over the rounds' fastest
 
 
 class Tuned(TypedDict):
@@ -132,7 +132,7 @@ def pick_line(picked: Picked) -> PickLine:
         "floor": picked.floor,
         "noise": picked.noise,
         "candidates": [str(c) for c in picked.candidates],
-        "timed_again_ms": {str(c): t for c, t in picked.timed_again_ms.items()},
+        "timed_again": {str(c): t for c, t in picked.timed_again.items()},
     }
 
 

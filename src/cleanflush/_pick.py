@@ -5,9 +5,10 @@ by timing noise then, so fresh processes and ranks pick differently (issue #43 l
 users measured).  ``stable`` times the configs within twice the floor of the fastest again,
 together, interleaved over ``ROUNDS`` rounds (twice: a config near the edge of the band in
 the autotuner's sweep still takes part); the band is the larger of the practical floor and
-the noise those rounds show (the median of each config's spread: one config that stalled
-once does not widen it); of the configs within the band of the fastest by those rounds, the
-first in the autotuner's own order is kept.  A config that is clearly fastest (alone within
+the noise those rounds show (each config's time over its round's fastest; the median of the
+configs' spreads of that: a round the GPU ran slow in cancels, one config that stalled once
+does not widen it); of the configs within the band of the fastest by the median of those
+ratios, the first in the autotuner's own order is kept.  A config that is clearly fastest (alone within
 twice the floor) is kept as before, with nothing timed again.
 
 The rule is a ``Choice`` (``_blocks``): ``CLEANFLUSH_PICK``, ``pick()`` blocks, children
@@ -35,7 +36,7 @@ DEFAULT_PICK = FASTEST  # the autotuner's own until the evidence says otherwise 
 FLOOR = 0.01
 ROUNDS = 3  # interleaved rounds of timing again: the fewest that show a spread beside a median
 WINDOW = 2  # the configs timed again: within WINDOW x the floor of the fastest in the sweep
-MOST_TIMED_AGAIN = 8  # a band wider than this keeps the fastest few: tuning time stays bounded
+MOST_TIMED_AGAIN = 5  # more within the window: the first in order and the fastest (tuning time stays bounded)
 
 PICK = Choice(PICK_VAR, PICKS, DEFAULT_PICK, "pick rule", "pick rules")
 
@@ -96,7 +97,7 @@ class Picked:
     floor: float
     noise: float | None  # the largest spread of the rounds (None: nothing timed again)
     candidates: list[Any] = field(default_factory=list)  # within the band, the autotuner's order
-    timed_again_ms: dict[Any, float] = field(default_factory=dict)  # each config's median of the rounds
+    timed_again: dict[Any, float] = field(default_factory=dict)  # each config's median over the rounds' fastest
 
 
 def finite(timings: dict[C, float]) -> dict[C, float]:
@@ -114,16 +115,18 @@ def stable(
     near = [c for c in order if c in ran and ran[c] <= ran[fastest] * (1 + WINDOW * floor)]
     if len(near) < 2:
         return Picked(fastest, fastest, floor, floor, None, [fastest])
-    if len(near) > MOST_TIMED_AGAIN:
-        kept = set(sorted(near, key=ran.__getitem__)[:MOST_TIMED_AGAIN])
-        near = [c for c in near if c in kept]
-    rounds_ms: dict[C, list[float]] = {c: [] for c in near}
+    if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
+        head = near[: MOST_TIMED_AGAIN - 1]
+        near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
+    # each config's time over the round's fastest: a round the whole GPU ran slow in cancels
+    ratios: dict[C, list[float]] = {c: [] for c in near}
     for r in range(rounds):
-        for c in near if r % 2 == 0 else near[::-1]:  # each config early and late: drift cancels
-            rounds_ms[c].append(float(time_again(c)))
-    medians = {c: statistics.median(ts) for c, ts in rounds_ms.items()}
-    spreads = [(max(ts) - min(ts)) / medians[c] for c, ts in rounds_ms.items() if medians[c] > 0]
-    noise = statistics.median(spreads) if spreads else 0.0
+        timed = {c: float(time_again(c)) for c in (near if r % 2 == 0 else near[::-1])}  # early and late: drift cancels
+        least = min(timed.values())
+        for c, t in timed.items():
+            ratios[c].append(t / least)
+    medians = {c: statistics.median(rs) for c, rs in ratios.items()}
+    noise = statistics.median(max(rs) - min(rs) for rs in ratios.values())  # one stalled config does not widen it
     band = max(floor, noise)
     best = min(medians.values())
     inside = [c for c in near if medians[c] <= best * (1 + band)]

@@ -61,7 +61,7 @@ def test_stable_picks_one_config_in_fresh_processes_and_keeps_it_within_its_band
     assert len(lines) == 4 and all(d["rule"] == "stable" and "pick" in d for d in lines)
     for d in lines:
         rule = d["pick"]
-        again = rule["timed_again_ms"]
+        again = rule["timed_again"]
         assert d["winner"] in rule["candidates"] and rule["band"] >= rule["floor"]
         if again:  # the pick lies within the band of the fastest config timed again
             assert again[d["winner"]] <= min(again.values()) * (1 + rule["band"]) + 1e-12
