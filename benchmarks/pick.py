@@ -10,7 +10,8 @@ measured for it (max / min - 1), and of that time over its run's fastest (max - 
 
     python -m benchmarks.pick [OUT_DIR [JOB ...]]      (needs a GPU and each job's library)
 
-The record (OUT_DIR/pick.json) keeps the jobs of an earlier call that this one did not run.
+The record (OUT_DIR/pick.json) keeps the jobs of an earlier call that this one did not run;
+with ``CLEANFLUSH_PICK_FLOOR`` set, a job's entry is named with that floor.
 """
 
 from __future__ import annotations
@@ -116,10 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"study": "pick", "jobs": {}}
     record.update(runs=RUNS, machine=machine())
     work = tempfile.mkdtemp(prefix="cleanflush-pick-")
+    floor = os.environ.get("CLEANFLUSH_PICK_FLOOR")  # the stable runs' floor, where not the default
     for job in jobs:  # written after each job: a cut-off run keeps what it finished
-        progress(f"pick: {job}")
-        record["jobs"][job] = {"date": record["machine"]["date"], **run_job(job, work)}
-        print("\n".join(record["jobs"][job]["report"][-30:]), flush=True)
+        name = f"{job} floor {floor}%" if floor else job
+        progress(f"pick: {name}")
+        record["jobs"][name] = {"date": record["machine"]["date"], "floor": floor, **run_job(job, work)}
+        print("\n".join(record["jobs"][name]["report"][-30:]), flush=True)
         path.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
