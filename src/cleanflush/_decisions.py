@@ -74,6 +74,7 @@ class PickLine(TypedDict):
     noise: float | None
     candidates: list[str]  # within the band after timing again, the autotuner's order
     timed_again: dict[str, float]  # each config's median over the rounds' fastest
+    too_noisy: bool  # the noise was over twice the floor: the autotuner's own pick was kept
 
 
 class Tuned(TypedDict):
@@ -133,6 +134,7 @@ def pick_line(picked: Picked) -> PickLine:
         "noise": picked.noise,
         "candidates": [str(c) for c in picked.candidates],
         "timed_again": {str(c): t for c, t in picked.timed_again.items()},
+        "too_noisy": picked.too_noisy,
     }
 
 

@@ -9,7 +9,10 @@ the noise those rounds show (each config's time over its round's fastest; the me
 configs' spreads of that: a round the GPU ran slow in cancels, one config that stalled once
 does not widen it); of the configs within the band of the fastest by the median of those
 ratios, the first in the autotuner's own order is kept.  A config that is clearly fastest (alone within
-twice the floor) is kept as before, with nothing timed again.
+twice the floor) is kept as before, with nothing timed again.  Where the noise is over twice
+the floor, near-ties cannot be told apart at a cost under the floor: the autotuner's own pick
+stands, and the decision says so (on the H200, such a band kept a config 8% slower by an
+independent price: benchmarks/results/h200/pick.json, gemlite at a 2% floor).
 
 The rule is a ``Choice`` (``_blocks``): ``CLEANFLUSH_PICK``, ``pick()`` blocks, children
 through the variable.  ``_autotuner`` applies it to Triton's ``Autotuner``.
@@ -98,6 +101,7 @@ class Picked:
     noise: float | None  # the largest spread of the rounds (None: nothing timed again)
     candidates: list[Any] = field(default_factory=list)  # within the band, the autotuner's order
     timed_again: dict[Any, float] = field(default_factory=dict)  # each config's median over the rounds' fastest
+    too_noisy: bool = False  # the rounds' noise was over twice the floor: the autotuner's own pick kept
 
 
 def finite(timings: dict[C, float]) -> dict[C, float]:
@@ -128,6 +132,8 @@ def stable(
     medians = {c: statistics.median(rs) for c, rs in ratios.items()}
     noise = statistics.median(max(rs) - min(rs) for rs in ratios.values())  # one stalled config does not widen it
     band = max(floor, noise)
+    if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
+        return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), too_noisy=True)
     best = min(medians.values())
     inside = [c for c in near if medians[c] <= best * (1 + band)]
     return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians))

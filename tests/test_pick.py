@@ -1,0 +1,379 @@
+"""The pick rule (#43): the stable rule itself, selecting it (the variable, pick() blocks,
+threads, children, `cleanflush run --pick`, the pytest option), and the real Triton
+Autotuner through Triton's interpreter in fresh processes, where the autotuner's own pick
+differs between processes on jittered near-ties and the stable pick does not."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import types
+
+import pytest
+
+import cleanflush
+from cleanflush import _autotuner, _pick
+
+from .conftest import environ_without_cleanflush, run_python
+from .triton_layout import needs_autotune_do_bench
+
+# ---- the rule, on plain numbers ---------------------------------------------------------
+
+
+def never(config):
+    raise AssertionError(f"{config} was timed again")
+
+
+def test_a_clear_winner_beyond_twice_the_floor_is_kept_and_nothing_is_timed_again():
+    order = ["a", "b", "c"]
+    found = _pick.stable(order, {"a": 1.05, "b": 1.0, "c": 1.3}, never, floor=0.01)
+    assert found.winner == "b" == found.fastest and found.noise is None and found.candidates == ["b"]
+
+
+def jittered(base, seed, jitter=0.004):
+    """A timer of ``base`` (config -> ms) with a relative jitter drawn from ``seed``."""
+    rng = random.Random(seed)
+    return lambda config: base[config] * (1 + rng.uniform(-jitter, jitter))
+
+
+BASE = {"a": 1.000, "b": 1.003, "c": 1.006, "d": 1.5}  # three near-ties in the autotuner's order, one slow
+
+
+@pytest.mark.parametrize("seeds", [range(0, 20)])
+def test_near_ties_give_one_stable_pick_where_the_fastest_differs(seeds):
+    stable, fastest = set(), set()
+    for seed in seeds:
+        timer = jittered(BASE, seed)
+        sweep = {c: timer(c) for c in BASE}
+        fastest.add(min(sweep, key=sweep.get))  # the autotuner's own rule: the negative control
+        stable.add(_pick.stable(list(BASE), sweep, timer, floor=0.01).winner)
+    assert len(fastest) > 1  # the jitter decides the autotuner's pick
+    assert stable == {"a"}  # the first in order within the band, every time
+
+
+def test_the_band_edge_is_inside_and_just_beyond_it_is_not():
+    floor = 0.01
+    at_edge = {"a": 1.0 * (1 + floor), "b": 1.0}  # a, first in order, exactly at the band's edge
+    found = _pick.stable(["a", "b"], at_edge, at_edge.get, floor)
+    assert found.winner == "a" and found.band == floor and found.candidates == ["a", "b"]
+    beyond = {"a": 1.0 * (1 + floor) * 1.0001, "b": 1.0}
+    found = _pick.stable(["a", "b"], beyond, beyond.get, floor)
+    assert found.winner == "b" and found.candidates == ["b"]
+
+
+def test_the_measured_noise_widens_the_band_up_to_twice_the_floor():
+    # a is 1.5% slower than b; each config's rounds move by 1.8% against the round's fastest
+    rounds = iter([1.015, 1.0, 1.0, 1.033, 1.015, 1.018])  # a, b; then b, a (reversed); then a, b
+    found = _pick.stable(["a", "b"], {"a": 1.015, "b": 1.0}, lambda c: next(rounds), floor=0.01)
+    assert 0.01 < found.noise <= 0.02 and found.band == found.noise
+    assert found.winner == "a" and not found.too_noisy
+
+
+def test_noise_beyond_twice_the_floor_keeps_the_autotuners_own_pick():
+    # rounds a, b, c; c, b, a; a, b, c: every config stalls in one round of its own
+    rounds = iter([1.5, 1.0, 1.0, 1.0, 1.5, 1.0, 1.0, 1.0, 1.5])
+    found = _pick.stable(["a", "b", "c"], {"a": 1.005, "b": 1.0, "c": 1.002}, lambda c: next(rounds), 0.01)
+    assert found.too_noisy and found.winner == "b" == found.fastest and found.band > 0.02
+
+
+def test_at_most_five_are_timed_again_the_first_in_order_and_the_fastest():
+    order = list("abcdefgh")
+    sweep = {c: 1.0 + 0.001 * i for i, c in enumerate(order)}
+    sweep["g"] = 0.999
+    timed = []
+    found = _pick.stable(order, sweep, lambda c: timed.append(c) or sweep[c], 0.01)
+    assert sorted(set(timed)) == ["a", "b", "c", "d", "g"] and len(timed) == 5 * _pick.ROUNDS
+    assert found.winner == "a"
+
+
+def test_a_config_that_fails_when_timed_again_raises_to_the_caller():
+    def fails(config):
+        raise RuntimeError("launch failed")
+
+    with pytest.raises(RuntimeError, match="launch failed"):
+        _pick.stable(["a", "b"], {"a": 1.0, "b": 1.001}, fails, 0.01)
+
+
+# ---- choosing the rule --------------------------------------------------------------------
+
+
+def test_an_unknown_rule_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown cleanflush pick rule 'fast'; valid pick rules: fastest, stable"):
+        cleanflush.pick("fast")
+
+
+def test_pick_blocks_nest_are_per_thread_and_reach_children(monkeypatch):
+    monkeypatch.delenv("CLEANFLUSH_PICK", raising=False)
+    cleanflush.install()
+    seen = {}
+
+    def other():
+        seen["other"] = cleanflush.current_pick()
+
+    with cleanflush.pick("stable"):
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        seen["here"] = cleanflush.current_pick()
+        child = run_python("import os; print(os.environ.get('CLEANFLUSH_PICK'))", {"CLEANFLUSH_PICK": None})
+        with cleanflush.pick("fastest"):
+            seen["nested"] = cleanflush.current_pick()
+        seen["after nested"] = cleanflush.current_pick()
+    assert seen == {"other": "fastest", "here": "stable", "nested": "fastest", "after nested": "stable"}
+    # run_python starts from this process's environment less the user's variables: the block's
+    # value reaches the child only through what the block wrote, so read it from os.environ
+    assert child.returncode == 0
+    assert cleanflush.current_pick() == "fastest" and "CLEANFLUSH_PICK" not in os.environ
+
+
+def test_a_child_started_in_a_block_runs_the_blocks_rule(monkeypatch):
+    monkeypatch.delenv("CLEANFLUSH_PICK", raising=False)
+    cleanflush.install()
+    code = "import cleanflush; print(cleanflush.current_pick())"
+    with cleanflush.pick("stable"):
+        env = dict(os.environ)
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0 and child.stdout.strip() == "stable", child.stderr
+
+
+def test_the_variable_alone_turns_cleanflush_on_and_a_bad_value_is_one_line():
+    code = (
+        "import triton, sys; import cleanflush; print('cleanflush._targets' in sys.modules, cleanflush.current_pick())"
+    )
+    woke = run_python("import triton, sys; print('cleanflush' in sys.modules)", {"CLEANFLUSH_PICK": "stable"})
+    assert woke.stdout.strip() == "True", woke.stderr
+    bad = run_python(code, {"CLEANFLUSH_PICK": "fast"})
+    assert bad.returncode == 0 and bad.stdout.split() == ["True", "fastest"]
+    said = [line for line in bad.stderr.splitlines() if "CLEANFLUSH_PICK" in line]
+    assert len(said) == 1 and "use one of: fastest, stable" in said[0] and "their own pick" in said[0]
+    off = run_python(
+        "import triton, sys; print('cleanflush' in sys.modules)", {"CLEANFLUSH": "0", "CLEANFLUSH_PICK": "stable"}
+    )
+    assert off.stdout.strip() == "False"  # off is off, whatever the rule
+
+
+def test_a_bad_floor_is_one_line_and_the_default_floor():
+    code = "from cleanflush import _pick; print(_pick.floor())"
+    bad = run_python(code, {"CLEANFLUSH_PICK_FLOOR": "two"})
+    assert bad.stdout.strip() == str(_pick.FLOOR)
+    assert "CLEANFLUSH_PICK_FLOOR='two' is not a percentage from 0 to 100" in bad.stderr
+    assert run_python(code, {"CLEANFLUSH_PICK_FLOOR": "2%"}).stdout.strip() == "0.02"
+
+
+def test_cleanflush_run_pick_sets_the_rule_for_the_command():
+    env = environ_without_cleanflush()
+    code = "import os; print(os.environ['CLEANFLUSH_PICK'])"
+    out = subprocess.run(
+        [sys.executable, "-m", "cleanflush", "run", "--pick", "Stable", "--", sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "stable", out.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "cleanflush", "run", "--pick", "fast", "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "valid pick rules: fastest, stable" in bad.stderr
+
+
+def test_the_pytest_option_sets_the_rule_and_leaves_no_trace(tmp_path, monkeypatch):
+    monkeypatch.delenv("CLEANFLUSH_PICK", raising=False)
+    (tmp_path / "test_x.py").write_text(
+        "import os, cleanflush\n"
+        "def test_rule():\n"
+        "    assert cleanflush.current_pick() == 'stable' and os.environ['CLEANFLUSH_PICK'] == 'stable'\n"
+    )
+    args = ["-p", "cleanflush.pytest_plugin", "-q", "-p", "no:cacheprovider", str(tmp_path)]
+    assert pytest.main([*args, "--cleanflush-pick=stable"]) == 0
+    assert cleanflush.current_pick() == "fastest" and "CLEANFLUSH_PICK" not in os.environ
+    assert pytest.main([*args, "--cleanflush-pick=fast"]) == pytest.ExitCode.USAGE_ERROR
+
+
+# ---- the real Triton Autotuner, through the interpreter, in fresh processes ---------------
+
+pytest.importorskip("numpy")  # Triton's interpreter needs it
+
+# Four configs of a real @triton.autotune kernel: three near-ties in the autotuner's order
+# and a slow one, timed by a do_bench of the job's own that jitters by +-0.4% (a seed per
+# process); the kernel really runs in each timing.  FAIL_AGAIN names a config whose timing
+# raises once the sweep is over.
+TIE_JOB = """
+import json, os, random, sys
+import torch, triton, triton.language as tl
+
+rng = random.Random(int(os.environ["SEED"]))
+BASE = {16: 1.000, 32: 1.003, 64: 1.006, 128: 1.5}
+FAIL_AGAIN = int(os.environ.get("FAIL_AGAIN", "0"))
+timed = []
+
+def jitter_bench(kernel_call, quantiles=None, **kw):
+    kernel_call()
+    block = timed[-1]
+    if FAIL_AGAIN == block and timed.count(block) > 1:
+        raise RuntimeError("fails when timed again")
+    t = BASE[block] * (1 + rng.uniform(-0.004, 0.004))
+    return [t, t, t]
+
+def pre(nargs):
+    timed.append(nargs["BLOCK"])
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=pre) for b in BASE], key=["n"], do_bench=jitter_bench,
+                 restore_value=["x_ptr"])
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=m) + 1, mask=m)
+
+mine = add_one.cache  # a reference the job takes before tuning
+x = torch.zeros(256)
+add_one[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, 256)
+assert float(x.sum()) == 256
+timings = {str(c): t for c, t in add_one.configs_timings.items()}
+print(json.dumps({"pick": add_one.best_config.kwargs["BLOCK"], "timings": timings, "timed": timed,
+                  "cache_kept": len(mine) == 1, "wrapped": type(add_one.cache).__name__}))
+"""
+
+
+def tuned(tmp_path, seed, **env):
+    job = tmp_path / "tie_job.py"
+    job.write_text(TIE_JOB)
+    full = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "SEED": str(seed), **env}
+    child = subprocess.run([sys.executable, str(job)], env=full, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1]), child.stderr
+
+
+SEEDS = range(6)  # seeds under which the autotuner's own pick differs between processes (checked below)
+
+
+@needs_autotune_do_bench
+def test_fresh_processes_pick_alike_under_stable_and_not_under_fastest(tmp_path):
+    decisions = tmp_path / "d.jsonl"
+    on = {"CLEANFLUSH": "1", "CLEANFLUSH_DECISIONS": str(decisions)}
+    fastest = [tuned(tmp_path, s, **on, CLEANFLUSH_PICK="fastest")[0] for s in SEEDS]
+    stable = [tuned(tmp_path, s, **on, CLEANFLUSH_PICK="stable")[0] for s in SEEDS]
+    assert len({r["pick"] for r in fastest}) > 1  # the negative control: noise decides
+    assert {r["pick"] for r in stable} == {16}  # the first in order within the band
+    assert all(r["cache_kept"] and r["wrapped"] == "TunerCache" for r in stable)
+    lines = [json.loads(line) for line in decisions.read_text().splitlines()]
+    lines = [d for d in lines if d["kind"] == "triton"]
+    assert [d["rule"] for d in lines] == ["fastest"] * len(SEEDS) + ["stable"] * len(SEEDS)
+    for d in lines[len(SEEDS) :]:
+        rule = d["pick"]
+        assert d["winner"] == "BLOCK: 16, " + d["winner"].split(", ", 1)[1] and rule["floor"] == _pick.FLOOR
+        assert rule["candidates"][0] == d["winner"] and "BLOCK: 128" not in " ".join(rule["timed_again"])
+    assert all("pick" not in d for d in lines[: len(SEEDS)])
+
+
+@needs_autotune_do_bench
+def test_with_the_rule_off_picks_and_timings_are_the_autotuners_own(tmp_path):
+    for seed in SEEDS:
+        stock, _ = tuned(tmp_path, seed, CLEANFLUSH="0")
+        fastest, _ = tuned(tmp_path, seed, CLEANFLUSH="1", CLEANFLUSH_PICK="fastest")
+        assert fastest["wrapped"] == stock["wrapped"] == "dict"
+        assert fastest == stock  # the pick, the timings and every timing made
+
+
+@needs_autotune_do_bench
+def test_a_config_that_raises_when_timed_again_keeps_the_autotuners_pick_said_once(tmp_path):
+    for seed in SEEDS:
+        stock, _ = tuned(tmp_path, seed, CLEANFLUSH="0")
+        found, stderr = tuned(tmp_path, seed, CLEANFLUSH="1", CLEANFLUSH_PICK="stable", FAIL_AGAIN="32")
+        assert found["pick"] == stock["pick"] and found["timings"] == stock["timings"]
+        said = [line for line in stderr.splitlines() if "kept the autotuner's own pick" in line]
+        assert len(said) == 1 and "fails when timed again" in said[0]
+
+
+@needs_autotune_do_bench
+def test_a_clear_winner_is_kept_under_stable(tmp_path):
+    job = TIE_JOB.replace(
+        "BASE = {16: 1.000, 32: 1.003, 64: 1.006, 128: 1.5}", "BASE = {16: 1.2, 32: 1.0, 64: 1.3, 128: 1.5}"
+    )
+    (tmp_path / "tie_job.py").write_text(job)
+    full = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "SEED": "0"}
+    full.update(CLEANFLUSH="1", CLEANFLUSH_PICK="stable")
+    child = subprocess.run([sys.executable, str(tmp_path / "tie_job.py")], env=full, capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr[-3000:]
+    found = json.loads(child.stdout.strip().splitlines()[-1])
+    assert found["pick"] == 32 and len(found["timed"]) == 4 + 1  # the sweep and the call: nothing timed again
+
+
+def test_uninstall_gives_the_autotuner_its_own_cache_dict_back():
+    mine = {}
+    tuner = types.SimpleNamespace(cache=mine, base_fn=types.SimpleNamespace(__module__="lib", __name__="k"))
+    wrapped = _autotuner.cache_of(tuner)
+    assert tuner.cache is wrapped and wrapped.data is mine
+    cleanflush.uninstall()
+    assert tuner.cache is mine
+
+
+@needs_autotune_do_bench
+def test_ab_compare_pick_runs_both_rules_under_the_clean_flush_and_reports_them(tmp_path):
+    job = tmp_path / "tie_job.py"
+    job.write_text(TIE_JOB)
+    env = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "SEED": "3"}
+    command = [
+        sys.executable,
+        "-m",
+        "cleanflush",
+        "ab",
+        "--compare",
+        "pick",
+        "--runs",
+        "2",
+        "--keep",
+        str(tmp_path / "k"),
+    ]
+    out = subprocess.run(
+        [*command, "--json", "-", "--", sys.executable, str(job)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads(out.stdout)
+    assert record["compare"] == "pick" and "comparison" not in record and record["end_to_end"] is None
+    assert [(r["side"], r["policy"]) for r in record["run_codes"]] == [
+        ("fastest", "write-read"),
+        ("stable", "write-read"),
+    ] * 2
+    runs = sorted(name for name in os.listdir(tmp_path / "k") if name.startswith("run"))
+    assert runs == ["run1-fastest", "run2-stable", "run3-fastest", "run4-stable"]
+    [decision] = record["picks"]["decisions"]
+    assert decision["stable_winners"] == ["BLOCK: 16, " + decision["stable_winners"][0].split(", ", 1)[1]] * 2
+    assert len(decision["bands"]) == 2 and decision["candidates"]  # each stable run's band and candidates
+    agreement = record["picks"]["agreement"]
+    assert set(agreement) == {"fastest", "stable"} and agreement["stable"]["agree"] == 1
+    assert all(len(v) == 2 for v in record["picks"]["wall_s"].values())
+    text = subprocess.run(
+        [*command[:-2], "--", sys.executable, str(job)], env=env, capture_output=True, text=True, timeout=300
+    ).stdout
+    assert "the autotuners' own pick (fastest) against the stable rule, both under write-read" in text
+    assert "stable: 1 of 1 decisions picked alike in all 2 runs" in text and "wall time a run, median" in text
+
+
+def test_ab_compare_pick_draws_no_figure(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cleanflush",
+            "ab",
+            "--compare",
+            "pick",
+            "--figure",
+            str(tmp_path / "f.png"),
+            "--",
+            "true",
+        ],
+        env=environ_without_cleanflush(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "--figure draws the flush comparison; --compare pick has none" in out.stderr
