@@ -21,7 +21,7 @@ MiB = 1 << 20
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = RESULTS / "h200"
-PAGES = ("README.md", "docs/policies.md", "benchmarks/results/h200/README.md")
+PAGES = ("README.md", "docs/policies.md", "docs/pick.md", "benchmarks/results/h200/README.md")
 BLOCK = re.compile(r"(<!-- quoted:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /quoted -->)", re.S)
 SHAPES = ("4096x4096", "6144x4096", "4096x14336", "28672x4096", "128256x4096")
 
@@ -178,7 +178,40 @@ def budget_table(folder: Path) -> str:
     return "\n".join(lines) + "\n\n" + _prose(caption)
 
 
+def pick_table(folder: Path) -> str:
+    """The pick study: each rule's agreement, the stable picks' price and wall time, per job."""
+    record = _record("pick", folder)
+    lines = [
+        "| job | decisions | alike in 4 of 4: fastest | stable | by price: fastest | stable | "
+        "stable / fastest, job, by price | wall time a run, stable / fastest |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, job in record["jobs"].items():
+        a, total, walls = job["agreement"], job["total"], job["wall_s"]
+        wall = _median(walls["stable"]) / _median(walls["fastest"])
+        ratio = f"{total['ratio']:.4f}" if total["ratio"] is not None else "-"
+        lines.append(
+            f"| {name} | {a['fastest']['made_in_every_run']} | {a['fastest']['agree']} | {a['stable']['agree']} | "
+            f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | {wall:.3f} |"
+        )
+    spreads = [j["spread"]["over_fastest"] for j in record["jobs"].values() if j["spread"]["over_fastest"]["configs"]]
+    spread = ", ".join(f"{s['median']:.1%} (p90 {s['p90']:.1%})" for s in spreads)
+    caption = (
+        f"(`pick` study of {_date(record)}, benchmarks/results/h200/pick.json: `cleanflush ab --compare pick "
+        f"--runs {record['runs']}` on each job, under write-read. Between fresh processes, a config within 5% of the "
+        f"fastest moved against its run's fastest by a median of {spread} per job.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 RENDER: dict[str, Callable[[Path], str]] = {
+    "pick": pick_table,
     "headline": headline,
     "penalty": penalty,
     "cost": cost,

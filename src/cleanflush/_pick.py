@@ -11,8 +11,8 @@ does not widen it); of the configs within the band of the fastest by the median 
 ratios, the first in the autotuner's own order is kept.  A config that is clearly fastest (alone within
 twice the floor) is kept as before, with nothing timed again.  Where the noise is over twice
 the floor, near-ties cannot be told apart at a cost under the floor: the autotuner's own pick
-stands, and the decision says so (on the H200, such a band kept a config 8% slower by an
-independent price: benchmarks/results/h200/pick.json, gemlite at a 2% floor).
+stands, and the decision says so (on the H200, such a band kept a config slower than the
+floor allows by an independent price: benchmarks/results/h200/pick.json, gemlite at a 2% floor).
 
 The rule is a ``Choice`` (``_blocks``): ``CLEANFLUSH_PICK``, ``pick()`` blocks, children
 through the variable.  ``_autotuner`` applies it to Triton's ``Autotuner``.
