@@ -315,23 +315,15 @@ def test_uninstall_gives_the_autotuner_its_own_cache_dict_back():
     assert tuner.cache is mine
 
 
+AB_PICK = [sys.executable, "-m", "cleanflush", "ab", "--compare", "pick"]
+
+
 @needs_autotune_do_bench
 def test_ab_compare_pick_runs_both_rules_under_the_clean_flush_and_reports_them(tmp_path):
     job = tmp_path / "tie_job.py"
     job.write_text(TIE_JOB)
     env = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "SEED": "3"}
-    command = [
-        sys.executable,
-        "-m",
-        "cleanflush",
-        "ab",
-        "--compare",
-        "pick",
-        "--runs",
-        "2",
-        "--keep",
-        str(tmp_path / "k"),
-    ]
+    command = [*AB_PICK, "--runs", "2", "--keep", str(tmp_path / "k")]
     out = subprocess.run(
         [*command, "--json", "-", "--", sys.executable, str(job)], env=env, capture_output=True, text=True, timeout=300
     )
@@ -359,18 +351,7 @@ def test_ab_compare_pick_runs_both_rules_under_the_clean_flush_and_reports_them(
 
 def test_ab_compare_pick_draws_no_figure(tmp_path):
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cleanflush",
-            "ab",
-            "--compare",
-            "pick",
-            "--figure",
-            str(tmp_path / "f.png"),
-            "--",
-            "true",
-        ],
+        [*AB_PICK, "--figure", str(tmp_path / "f.png"), "--", "true"],
         env=environ_without_cleanflush(),
         capture_output=True,
         text=True,
