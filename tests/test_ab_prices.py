@@ -370,7 +370,7 @@ def test_the_prices_are_made_in_a_process_of_their_own_in_the_work_folder(tmp_pa
     assert not (tmp_path / "elsewhere" / "prices").exists()
     assert done.pricing_s > 0
     assert (
-        _ab._record(["x"], _ab.sides_of("flush", "write-read"), 2, None, done, priced_now, 0.02)["pricing_s"]
+        _ab._record(["x"], "flush", _ab.sides_of("flush", "write-read"), 2, None, done, priced_now, 0.02)["pricing_s"]
         == done.pricing_s
     )
 

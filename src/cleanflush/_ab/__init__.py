@@ -262,7 +262,7 @@ def run(
         _stop_on_terminate(previous)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    result = _record(command, sides, runs, keep, done, prices, min_effect)
+    result = _record(command, compared, sides, runs, keep, done, prices, min_effect)
     result["interrupted"], result["end_to_end"] = interrupted, end_to_end
     result["elapsed_s"] = time.monotonic() - started
     if interrupted:
@@ -272,6 +272,7 @@ def run(
 
 def _record(
     command: list[str],
+    compared: str,
     sides: tuple[Side, Side],
     runs: int,
     keep: str | None,
@@ -284,7 +285,7 @@ def _record(
     found: Result = {
         "schema": SCHEMA,
         "command": command,
-        "compare": PICK if sides[1].label == STABLE else FLUSH,
+        "compare": compared,
         "policy": sides[1].policy,
         "runs": runs,
         "runs_compared": done.compared(),
@@ -294,7 +295,7 @@ def _record(
         "not_patched": not_patched(),
         "pricing_s": done.pricing_s,
     }
-    if found["compare"] == PICK:
+    if compared == PICK:
         found["picks"] = compare.compare_picks(first, second, prices, done.codes)
     else:
         found["comparison"] = compare.compare(first, second, sides[1].policy, prices, min_effect)
