@@ -1,18 +1,22 @@
 """The pick rule: which config an autotuner keeps once it has timed them all.
 
-``fastest`` is the autotuner's own rule: the lowest time it measured.  Near-ties are decided
-by timing noise then, so fresh processes and ranks pick differently (issue #43 lists what
-users measured).  ``stable`` times the configs within twice the floor of the fastest again,
-together, interleaved over ``ROUNDS`` rounds (twice: a config near the edge of the band in
-the autotuner's sweep still takes part); the band is the larger of the practical floor and
-the noise those rounds show (each config's time over its round's fastest; the median of the
-configs' spreads of that: a round the GPU ran slow in cancels, one config that stalled once
-does not widen it); of the configs within the band of the fastest by the median of those
-ratios, the first in the autotuner's own order is kept.  A config that is clearly fastest (alone within
-twice the floor) is kept as before, with nothing timed again.  Where the noise is over twice
-the floor, near-ties cannot be told apart at a cost under the floor: the autotuner's own pick
-stands, and the decision says so (on the H200, such a band kept a config slower than the
-floor allows by an independent price: benchmarks/results/h200/pick.json, gemlite at a 2% floor).
+``fastest`` is the autotuner's own rule: the lowest time it measured.  Near-ties are then
+decided by timing noise, so fresh processes and ranks pick differently.
+
+``stable`` (``stable()``):
+
+1. the configs within ``WINDOW`` x the floor of the sweep's fastest are timed again, together,
+   over ``ROUNDS`` interleaved rounds (a window wider than the band: a config near its edge in
+   the sweep still takes part);
+2. each timing is taken over its round's fastest (a round the GPU ran slow in cancels); the
+   noise is the median over the configs of those ratios' spread (one config that stalled once
+   does not widen it); the band is the larger of the floor and the noise;
+3. of the configs within the band of the best median, the first in the autotuner's own order
+   is kept.
+
+A config alone in the window is kept, with nothing timed again.  Noise over ``WINDOW`` x the
+floor keeps the autotuner's own pick: near-ties cannot be told apart at a cost under the floor
+there (benchmarks/results/h200/pick.json, gemlite at a 2% floor, before this cap).
 
 The rule is a ``Choice`` (``_blocks``): ``CLEANFLUSH_PICK``, ``pick()`` blocks, children
 through the variable.  ``_autotuner`` applies it to Triton's ``Autotuner``.
@@ -34,8 +38,8 @@ from ._state import on_reset, warn_once
 FASTEST, STABLE = "fastest", "stable"
 PICKS = (FASTEST, STABLE)
 DEFAULT_PICK = FASTEST  # the autotuner's own until the evidence says otherwise (docs/pick.md)
-# The practical floor of the band: configs this close are one choice.  Chosen from the spread
-# of one config's time between fresh processes on the H200 (benchmarks/results/h200/pick.json).
+# The practical floor of the band: configs this close are one choice.  About what a config's
+# time against its run's fastest moves between fresh processes on the H200 (the pick study).
 FLOOR = 0.01
 ROUNDS = 3  # interleaved rounds of timing again: the fewest that show a spread beside a median
 WINDOW = 2  # the configs timed again: within WINDOW x the floor of the fastest in the sweep
