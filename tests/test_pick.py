@@ -383,3 +383,58 @@ def test_compare_picks_prices_each_rules_picks_and_weights_the_job_by_calls():
     assert found["total"]["ratio"] == pytest.approx(stable_mean / fastest_mean) and found["total"]["counted"] == 1
     assert found["agreement"]["fastest"]["agree"] == 1 and found["agreement"]["stable"]["agree"] == 2
     assert found["agreement"]["fastest"]["agree_by_price"] == 1  # B is 4% slower: beyond the noise
+
+
+def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
+    from cleanflush._ab import compare, report
+
+    def line(winner, key, rule=False):
+        found = {"kind": "triton", "op": "lib.k", "key": key, "timings_ms": {"A": 1.0}, "winner": winner}
+        if rule:
+            found["pick"] = {"rule": "stable", "band": 0.01 if key == "1" else 0.025, "candidates": ["A", "B"]}
+        return found
+
+    calls = {"kind": "calls", "op": "lib.k", "counts": {"1": 3, "2": 1, "3": 5}}
+    fastest = [
+        [line("B", "1"), line("C", "2"), line("A", "3"), calls],  # 1: B then A; 2: C twice
+        [line("A", "1"), line("C", "2"), line("A", "3")],
+    ]
+    stable = [[line("A", k, True) for k in "123"], [line("A", k, True) for k in "123"]]
+    prices = {"A": {"us": 10.0, "low": 9.99, "high": 10.01}, "B": {"us": 11.0, "low": 10.99, "high": 11.01}}
+    slow_a = {"A": {"us": 12.0, "low": 11.99, "high": 12.01}, "C": {"us": 10.0, "low": 9.99, "high": 10.01}}
+    priced = [{"key": ["triton", "lib.k", "1"], "prices": prices}, {"key": ["triton", "lib.k", "2"], "prices": slow_a}]
+    codes = [
+        {"index": i, "policy": "write-read", "side": s, "code": 0, "wall_s": w}
+        for i, (s, w) in enumerate([("fastest", 10.0), ("stable", 11.0), ("fastest", 12.0), ("stable", 13.0)], 1)
+    ]
+    picks = compare.compare_picks(fastest, stable, priced, codes)
+    result = {
+        "command": ["python", "job.py"],
+        "policy": "write-read",
+        "runs": 2,
+        "run_codes": codes,
+        "skipped_lines": [],
+        "picks": picks,
+    }
+    lines = report.format_report(result).splitlines()
+    assert (
+        lines[3] == "autotuning decisions matched in both: 3; with the stable rule applied: 3 (Triton @autotune; "
+        "Inductor's keep their own pick)"
+    )
+    assert lines[4] == "  fastest: 2 of 3 decisions picked alike in all 2 runs (2 within the noise by price)"
+    assert lines[5] == "  stable: 3 of 3 decisions picked alike in all 2 runs (3 within the noise by price)"
+    one, two = lines.index("  lib.k 1"), lines.index("  lib.k 2")
+    assert lines[one + 1 : one + 5] == [
+        "    fastest: B x1, A x1",
+        "    stable:  A x2",
+        "    stable bands 1.0%-1.0%, 2 config(s) in them",
+        f"    stable / fastest {10.0 / 10.5:.4f} by price (noise 0.2%): faster",
+    ]
+    assert lines[two + 3 : two + 5] == [
+        "    stable bands 2.5%-2.5%, 2 config(s) in them",
+        f"    stable / fastest {12.0 / 10.0:.4f} by price (noise 0.2%): slower",
+    ]
+    assert "  lib.k 3" not in lines  # every run of both rules picked A
+    total = (3 * 10.0 + 1 * 12.0) / (3 * 10.5 + 1 * 10.0)
+    assert f"job, over the 2 priced decision(s) whose calls were counted: stable / fastest {total:.4f}" in lines[-2]
+    assert lines[-1] == "wall time a run, median: fastest 11.0 s, stable 12.0 s (+9.1%)"
