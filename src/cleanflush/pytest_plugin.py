@@ -21,7 +21,7 @@ A bad policy name or marker is a usage error naming the valid ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,36 +29,35 @@ import pytest
 import cleanflush
 
 from . import _env, _pick, _policy
+from ._blocks import Choice
 
 FORMS = f"@pytest.mark.cleanflush(POLICY) with POLICY one of {', '.join(_policy.POLICIES)}"
 
 
-def _policy_option(text: str) -> str:
-    try:
-        return _policy.check(text)
-    except ValueError as exc:  # pytest turns this into a one-line usage error
-        raise pytest.UsageError(str(exc)) from None
+def _checked(choice: Choice) -> Callable[[str], str]:
+    """An option's type: the name ``choice`` stands for, else a one-line usage error naming the valid ones."""
 
+    def check(text: str) -> str:
+        try:
+            return choice.check(text)
+        except ValueError as exc:  # pytest turns this into a one-line usage error
+            raise pytest.UsageError(str(exc)) from None
 
-def _pick_option(text: str) -> str:
-    try:
-        return _pick.PICK.check(text)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    return check
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--cleanflush",
         metavar="POLICY",
-        type=_policy_option,
+        type=_checked(_policy.POLICY),
         default=None,
         help=f"default cleanflush policy for this run: {', '.join(_policy.POLICIES)}",
     )
     parser.addoption(
         "--cleanflush-pick",
         metavar="RULE",
-        type=_pick_option,
+        type=_checked(_pick.PICK),
         default=None,
         help=f"how autotuners pick among near-ties in this run: {', '.join(_pick.PICKS)}",
     )
@@ -79,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
     installed = cleanflush.install(policy=config.getoption("cleanflush"))
     rule = config.getoption("cleanflush_pick")
     if rule is not None and installed:  # the run's rule, for its children too
-        _pick.PICK.default = rule
+        _pick.PICK.set_default(rule)
         _pick.PICK.export(True, rule)
 
 
@@ -89,7 +88,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     default, environ, rule, rule_environ = config.stash[_BEFORE_RUN]
     _policy.set_default(default)
     _policy.export(cleanflush.is_installed(), environ)
-    _pick.PICK.default = rule
+    _pick.PICK.set_default(rule)
     _pick.PICK.export(cleanflush.is_installed(), rule_environ)
 
 

@@ -5,23 +5,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from .. import _env, _pick, _policies, _policy, _registry
+from .._blocks import Choice
 from ._output import EXIT_USAGE, output_problem
 
 
-def policy_name(text: str) -> str:
-    try:
-        return _policy.check(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def checked(choice: Choice) -> Callable[[str], str]:
+    """An option's type: the name ``choice`` stands for, else argparse's usage error naming the valid ones."""
+
+    def name(text: str) -> str:
+        try:
+            return choice.check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return name
 
 
-def pick_name(text: str) -> str:
-    try:
-        return _pick.PICK.check(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+policy_name = checked(_policy.POLICY)
+pick_name = checked(_pick.PICK)
 
 
 def target_names(text: str) -> frozenset[str]:
