@@ -26,11 +26,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cleanflush import _env, _pick
+
 from .common import RESULTS, machine, progress
 
 JOBS = ("gemlite_decode", "liger_swiglu", "fla_gdn", "llama_decode")
 RUNS = 4
 NEAR = 0.05  # the configs whose spread between processes the band must cover: this close to the fastest
+
+
+def rule(floor: str | None) -> dict[str, Any]:
+    """The stable rule's settings a job ran under, and the commit, so an entry says its version."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    settings = {k.lower(): getattr(_pick, k) for k in ("FLOOR", "WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
+    return {**settings, "floor": _env.parse_floor(floor, _pick.FLOOR), "commit": head.stdout.strip() or None}
 
 
 def run_job(job: str, work: str, runs: int = RUNS) -> dict[str, Any]:
@@ -121,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for job in jobs:  # written after each job: a cut-off run keeps what it finished
         name = f"{job} floor {floor}%" if floor else job
         progress(f"pick: {name}")
-        record["jobs"][name] = {"date": record["machine"]["date"], "floor": floor, **run_job(job, work)}
+        record["jobs"][name] = {"date": record["machine"]["date"], "rule": rule(floor), **run_job(job, work)}
         print("\n".join(record["jobs"][name]["report"][-30:]), flush=True)
         path.write_text(json.dumps(record, indent=1) + "\n")
     return 0

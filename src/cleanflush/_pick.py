@@ -6,8 +6,9 @@ decided by timing noise, so fresh processes and ranks pick differently.
 ``stable`` (``stable()``):
 
 1. the configs within ``WINDOW`` x the floor of the sweep's fastest are timed again, together,
-   over ``ROUNDS`` interleaved rounds (a window wider than the band: a config near its edge in
-   the sweep still takes part);
+   in interleaved rounds (a window wider than the band: a config near its edge in the sweep
+   still takes part); the sweep is the first of the ``ROUNDS``, so tuning time grows by
+   ``ROUNDS - 1`` timings of at most ``MOST_TIMED_AGAIN`` configs;
 2. each timing is taken over its round's fastest (a round the GPU ran slow in cancels); the
    noise is the median over the configs of those ratios' spread (one config that stalled once
    does not widen it); the band is the larger of the floor and the noise;
@@ -41,9 +42,9 @@ DEFAULT_PICK = FASTEST  # the autotuner's own until the evidence says otherwise 
 # The practical floor of the band: configs this close are one choice.  About what a config's
 # time against its run's fastest moves between fresh processes on the H200 (the pick study).
 FLOOR = 0.01
-ROUNDS = 3  # interleaved rounds of timing again: the fewest that show a spread beside a median
+ROUNDS = 3  # the sweep and two rounds timed again: the fewest that show a spread beside a median
 WINDOW = 2  # the configs timed again: within WINDOW x the floor of the fastest in the sweep
-MOST_TIMED_AGAIN = 5  # more within the window: the first in order and the fastest (tuning time stays bounded)
+MOST_TIMED_AGAIN = 4  # more within the window: the first in order and the fastest (tuning time stays bounded)
 
 PICK = Choice(PICK_VAR, PICKS, DEFAULT_PICK, "pick rule", "pick rules")
 
@@ -102,7 +103,7 @@ class Picked:
     fastest: object  # the autotuner's own pick
     band: float  # the band used: the floor, or the noise where that is larger
     floor: float
-    noise: float | None  # the largest spread of the rounds (None: nothing timed again)
+    noise: float | None  # the median spread of the rounds timed again (None: nothing timed again)
     candidates: list[Any] = field(default_factory=list)  # within the band, the autotuner's order
     timed_again: dict[Any, float] = field(default_factory=dict)  # each config's median over the rounds' fastest
     too_noisy: bool = False  # the rounds' noise was over twice the floor: the autotuner's own pick kept
@@ -126,15 +127,17 @@ def stable(
     if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
         head = near[: MOST_TIMED_AGAIN - 1]
         near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
-    # each config's time over the round's fastest: a round the whole GPU ran slow in cancels
+    # each config's time over its round's fastest, a round the whole GPU ran slow in cancels;
+    # the sweep is the first round, then reversed and in order again, so drift cancels too
     ratios: dict[C, list[float]] = {c: [] for c in near}
     for r in range(rounds):
-        timed = {c: float(time_again(c)) for c in (near if r % 2 == 0 else near[::-1])}  # early and late: drift cancels
+        timed = {c: ran[c] for c in near} if r == 0 else {c: float(time_again(c)) for c in (near[::-1] if r % 2 else near)}
         least = min(timed.values())
         for c, t in timed.items():
             ratios[c].append(t / least)
     medians = {c: statistics.median(rs) for c, rs in ratios.items()}
-    noise = statistics.median(max(rs) - min(rs) for rs in ratios.values())  # one stalled config does not widen it
+    # the noise from the rounds timed again: the sweep's picked the window, so it leans fast
+    noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())  # one stalled config does not widen it
     band = max(floor, noise)
     if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
         return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), too_noisy=True)
