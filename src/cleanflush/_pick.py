@@ -131,13 +131,15 @@ def stable(
     # the sweep is the first round, then reversed and in order again, so drift cancels too
     ratios: dict[C, list[float]] = {c: [] for c in near}
     for r in range(rounds):
-        timed = {c: ran[c] for c in near} if r == 0 else {c: float(time_again(c)) for c in (near[::-1] if r % 2 else near)}
+        again = near[::-1] if r % 2 else near
+        timed = {c: ran[c] for c in near} if r == 0 else {c: float(time_again(c)) for c in again}
         least = min(timed.values())
         for c, t in timed.items():
             ratios[c].append(t / least)
     medians = {c: statistics.median(rs) for c, rs in ratios.items()}
-    # the noise from the rounds timed again: the sweep's picked the window, so it leans fast
-    noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())  # one stalled config does not widen it
+    # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
+    # the median over the configs: one config that stalled once does not widen it
+    noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())
     band = max(floor, noise)
     if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
         return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), too_noisy=True)
