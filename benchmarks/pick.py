@@ -36,10 +36,9 @@ NEAR = 0.05  # the configs whose spread between processes the band must cover: t
 
 
 def rule(floor: str | None) -> dict[str, Any]:
-    """The stable rule's settings a job ran under, and the commit, so an entry says its version."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    """The stable rule's settings a job ran under, so an entry says which rule it measured."""
     settings = {k.lower(): getattr(_pick, k) for k in ("FLOOR", "WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
-    return {**settings, "floor": _env.parse_floor(floor, _pick.FLOOR), "commit": head.stdout.strip() or None}
+    return {**settings, "floor": _env.parse_floor(floor, _pick.FLOOR)}
 
 
 def run_job(job: str, work: str, runs: int = RUNS) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cleanflush import _pick
+
 from .common import RESULTS, read_csv
 
 MiB = 1 << 20
@@ -183,8 +185,8 @@ def pick_table(folder: Path) -> str:
     record = _record("pick", folder)
     lines = [
         "| job | decisions | alike in 4 of 4: fastest | stable | by price: fastest | stable | "
-        "stable / fastest, job, by price | wall time a run, stable / fastest |",
-        "|---|---|---|---|---|---|---|---|",
+        "stable / fastest, job, by price | wall time a run, stable / fastest | rule |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, job in record["jobs"].items():
         a, total, walls = job["agreement"], job["total"], job["wall_s"]
@@ -192,7 +194,8 @@ def pick_table(folder: Path) -> str:
         ratio = f"{total['ratio']:.4f}" if total["ratio"] is not None else "-"
         lines.append(
             f"| {name} | {a['fastest']['made_in_every_run']} | {a['fastest']['agree']} | {a['stable']['agree']} | "
-            f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | {wall:.3f} |"
+            f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | {wall:.3f} | "
+            f"{_rule_version(job.get('rule'))} |"
         )
     spreads = [j["spread"]["over_fastest"] for j in record["jobs"].values() if j["spread"]["over_fastest"]["configs"]]
     spread = ", ".join(f"{s['median']:.1%} (p90 {s['p90']:.1%})" for s in spreads)
@@ -202,6 +205,14 @@ def pick_table(folder: Path) -> str:
         f"fastest moved against its run's fastest by a median of {spread} per job.)"
     )
     return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def _rule_version(settings: Any) -> str:
+    """Whether a pick study entry measured the stable rule as it is now, by its recorded settings."""
+    now = {k.lower(): getattr(_pick, k) for k in ("WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
+    if isinstance(settings, dict) and all(settings.get(k) == v for k, v in now.items()):
+        return "as documented"
+    return "an earlier version"
 
 
 def _median(values: list[float]) -> float:

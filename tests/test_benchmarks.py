@@ -242,3 +242,16 @@ def test_a_record_that_changes_makes_its_quotes_stale(tmp_path):
     (tmp_path / "cost.json").unlink()
     with pytest.raises(FileNotFoundError, match="cost.json is missing"):
         quoted.render_page(text, tmp_path)
+
+
+def test_a_pick_study_row_says_whether_it_measured_the_rule_as_documented(monkeypatch):
+    from benchmarks import pick
+    from cleanflush import _pick
+
+    current = pick.rule(None)
+    assert current["floor"] == _pick.FLOOR and pick.rule("2")["floor"] == pytest.approx(0.02)
+    assert quoted._rule_version(current) == "as documented"
+    assert quoted._rule_version("before the cap on the band") == "an earlier version"  # a note, not settings
+    assert quoted._rule_version({**current, "most_timed_again": 5}) == "an earlier version"
+    monkeypatch.setattr(_pick, "ROUNDS", _pick.ROUNDS + 1)  # the rule changed after the entry ran
+    assert quoted._rule_version(current) == "an earlier version"

@@ -87,7 +87,8 @@ def test_a_recorded_call_is_made_again_and_priced_per_config(tmp_path, monkeypat
     stock = [[{**decision, "winner": labels[0]}, {**gone, "winner": labels[0]}]] * 2
     clean = [[{**decision, "winner": labels[1]}, {**gone, "winner": labels[1]}]] * 2
     done = _ab._Runs({"write": stock, "write-read": clean})
-    found, gone = _ab._price(dict(os.environ), str(tmp_path), done, "write-read")
+    priced_by_key = {p["key"][-1]: p for p in _ab._price(dict(os.environ), str(tmp_path), done)}
+    found, gone = priced_by_key[decision["key"]], priced_by_key["gone"]
     assert (found["rounds"], found["calls"], found["kernel"]) == (_ab_prices.ROUNDS, _ab_prices.CALLS, "stream_add")
     small, large = (found["prices"][label]["us"] for label in labels)
     assert small > 1.1 * large > 0 and all(p["low"] <= p["us"] <= p["high"] for p in found["prices"].values())
