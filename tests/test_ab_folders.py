@@ -349,3 +349,52 @@ print(json.dumps(dict(cache.calls)))
     assert out.returncode == 0, out.stderr
     child, parent = (json.loads(line) for line in out.stdout.splitlines())
     assert child == {} and parent == {"(1,)": 1}
+
+
+def test_a_call_larger_than_the_limit_is_refused_and_one_at_the_limit_is_recorded(tmp_path, monkeypatch):
+    x = torch.ones(16)  # 64 bytes of storage
+    tuner = types.SimpleNamespace(base_fn=test_a_call_larger_than_the_limit_is_refused_and_one_at_the_limit_is_recorded)
+    monkeypatch.setattr(_calls, "MAX_BYTES", 64)
+    assert _calls.record(tuner, (x,), {}, None, [], str(tmp_path / "at.pt")) is None
+    monkeypatch.setattr(_calls, "MAX_BYTES", 63)
+    why = _calls.record(tuner, (x,), {}, None, [], str(tmp_path / "over.pt"))
+    assert why == "its arguments' storages hold 0.0 GiB: too large to record" and not (tmp_path / "over.pt").exists()
+
+
+def test_a_pruners_config_is_made_again_with_its_options_and_the_tuners_pre_hook():
+    triton = pytest.importorskip("triton")
+
+    def hook(nargs):
+        pass
+
+    own = triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2, pre_hook=hook)
+    pruned = triton.Config({"BLOCK": 64}, num_warps=2, num_stages=3)  # what a pruner handed the autotuner
+    tuner = types.SimpleNamespace(configs=[own], base_fn=hook)
+    call = _calls.Call(tuner, [], {}, None, {}, [], {str(pruned): _calls.config_spec(pruned)})
+    assert call.config(str(own)) is own  # the tuner's own, as it is
+    again = call.config(str(pruned))
+    assert str(again) == str(pruned) and again.kwargs == {"BLOCK": 64} and again.pre_hook is hook
+    with pytest.raises(LookupError, match="no config of hook is 'BLOCK: 8' here"):
+        call.config("BLOCK: 8")
+
+
+def test_a_decision_is_priced_from_its_own_record_and_keeps_what_its_pricing_found(tmp_path, monkeypatch):
+    # the pricing itself (price_one) needs a GPU: tests/gpu/test_ab_gpu.py runs it; here, what
+    # price_decision hands it and keeps of it
+    seen = []
+
+    def price_one(path, labels, read, rounds, calls):
+        seen.append((path, labels, read, rounds, calls))
+        return {"prices": {"a": {"us": 1.0}}, "rounds": rounds, "calls": calls, "kernel": "k"}
+
+    monkeypatch.setattr(prices, "price_one", price_one)
+    key = ["triton", "lib.k", "1"]
+    found = prices.price_decision(
+        {"key": key, "file": "c.pt", "error": None, "candidates": ["a", "b"]}, str(tmp_path), "read", 2, 7
+    )
+    assert seen == [(str(tmp_path / "c.pt"), ["a", "b"], "read", 2, 7)]
+    assert found == {"key": key, "prices": {"a": {"us": 1.0}}, "rounds": 2, "calls": 7, "kernel": "k"}
+    for error, says in ((None, "no call recorded"), ("its arguments could not be saved", None)):
+        nothing = {"key": key, "file": None, "error": error, "candidates": ["a", "b"]}
+        assert prices.price_decision(nothing, str(tmp_path), "read", 2, 7) == {"key": key, "error": says or error}
+    assert len(seen) == 1  # no record: nothing priced

@@ -405,3 +405,36 @@ def test_the_floor_option_refuses_what_is_no_percentage_and_names_the_form(text)
 )
 def test_the_one_rule_for_a_gap_between_the_sides(gap, noise, expected):
     assert _ab_compare.effect(gap, noise, 0.02) == expected
+
+
+def test_a_priced_change_carries_its_cost_and_the_range_the_prices_rounds_allow():
+    d = compare(["c"] * 2, ["a"] * 2, priced({"a": price(10.0, 0.01), "c": price(12.0, 0.02)}))
+    assert d["class"] == "changed" and d["cost"] == pytest.approx(0.2)
+    # the stock pick at its fastest round against the clean pick at its slowest, and back
+    assert d["cost_low"] == pytest.approx(11.88 / 10.05 - 1) and d["cost_high"] == pytest.approx(12.12 / 9.95 - 1)
+    assert d["stock_winner_slower_by"] == pytest.approx(0.2)
+
+
+def test_picks_with_no_price_asked_for_are_judged_by_the_clean_timing_and_say_so():
+    stock = [[decision("c", TIMED)] for _ in range(2)]
+    clean = [[decision("a", TIMED)] for _ in range(2)]
+    [d] = _ab_compare.compare(stock, clean, "write-read", None)["decisions"]
+    assert d["priced"] is False and d["not_priced"] == "no price was asked for"
+    assert "not priced" not in d["reason"]  # nothing failed: no price was wanted
+
+
+def test_a_failed_run_is_named_by_its_side_and_an_unpatched_clean_side_says_stock_against_stock():
+    codes = [
+        {"index": 1, "policy": "write-read", "side": "fastest", "code": 0},
+        {"index": 2, "policy": "write-read", "side": "stable", "code": 3},  # --compare pick: one flush
+        {"index": 3, "policy": "write", "code": -9},  # a record without sides names the policy
+    ]
+    lines = _ab_report._ending_lines({"run_codes": codes, "skipped_lines": []})
+    assert lines == ["run 2 (stable) exited with code 3", "run 3 (write) killed by SIGKILL"]
+    assert _ab_report._not_patched_lines(["inductor", "triton"], "write-read") == [
+        "  CLEANFLUSH_DISABLE=inductor,triton: the clean side is not patched: stock against stock"
+    ]
+    assert _ab_report._not_patched_lines(["triton"], "read") == [
+        "  CLEANFLUSH_DISABLE=triton: triton runs stock in the read runs too: its decisions compare stock against stock"
+    ]
+    assert _ab_report._not_patched_lines([], "read") == []

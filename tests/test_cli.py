@@ -517,3 +517,48 @@ def test_bare_cleanflush_lists_its_commands():
     assert out.returncode == 2 and out.stdout == ""
     listed = [line.split()[0] for line in out.stderr.splitlines() if line.startswith("    ") and line[4] != " "]
     assert listed == ["status", "run", "ab", "verify"] and "exit codes:" in out.stderr
+
+
+def test_status_says_each_pick_rule_and_check_fails_on_an_invalid_one():
+    from cleanflush.cli import status
+
+    assert status.pick_rule_says(None) == "CLEANFLUSH_PICK is unset: autotuners keep their own pick (fastest)"
+    assert status.pick_rule_says("fastest") == "CLEANFLUSH_PICK=fastest: autotuners keep their own pick"
+    assert status.pick_rule_says(" Stable ").startswith("CLEANFLUSH_PICK= Stable : Triton @autotune kernels keep")
+    bad = status.pick_rule_says("fastes")
+    assert bad.startswith("INVALID: ") and "stable" in bad
+    row = {"name": "triton", "target": "triton", "state": "patched", "detail": ""}
+    data = {"programs_get": "CLEANFLUSH is unset", "pick_rule": bad, "disable_problem": None, "targets": [row]}
+    assert status.problems(data) == [bad]
+    assert status.problems({**data, "pick_rule": status.pick_rule_says("stable")}) == []  # the control
+
+
+def test_run_takes_its_command_with_or_without_the_double_dash():
+    from cleanflush.cli import run
+
+    parser = argparse.ArgumentParser()
+    for given in (["python", "-c", "pass"], ["--", "python", "-c", "pass"]):
+        assert run.command_of(argparse.Namespace(command=given, name="run"), parser) == ["python", "-c", "pass"]
+
+
+def test_a_closed_stdout_is_pointed_at_the_null_device(tmp_path, monkeypatch):
+    from cleanflush.cli import _output
+
+    with open(tmp_path / "out", "w") as target:
+        monkeypatch.setattr(sys, "stdout", target)
+        _output.quiet_broken_pipe()
+        os.write(target.fileno(), b"written after the reader left")
+    assert (tmp_path / "out").read_text() == ""
+
+
+def test_a_whole_file_is_written_beside_its_place_then_renamed(tmp_path, monkeypatch):
+    from cleanflush.cli import _output
+
+    elsewhere = tmp_path / "tmp"
+    elsewhere.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(elsewhere))  # the temporary folder: on another disk, say
+    moved = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: moved.append(os.path.dirname(a)) or real_replace(a, b))
+    _output.write_whole(str(tmp_path / "record.json"), "{}")
+    assert moved == [str(tmp_path)] and (tmp_path / "record.json").read_text() == "{}"

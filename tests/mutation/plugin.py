@@ -34,7 +34,12 @@ HITS_VAR = "CLEANFLUSH_MUTMUT_HITS"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    mutated = pathlib.Path("src").resolve()  # mutmut runs pytest from inside mutants/
+    import cleanflush
+
+    # the folder this process's mutated copy came from: mutants/src under mutmut, which runs
+    # pytest from inside mutants/, and wherever PYTHONPATH put it when the GPU-only mutants
+    # run elsewhere (docs/development.md)
+    mutated = pathlib.Path(cleanflush.__file__).resolve().parents[1]
     paths = [str(HERE), str(mutated), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     os.environ.setdefault(HITS_VAR, tempfile.mkdtemp(prefix="cleanflush-mutmut-"))

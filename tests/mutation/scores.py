@@ -49,6 +49,18 @@ def equivalent() -> set[str]:
     return names
 
 
+def killed_on_a_gpu() -> set[str]:
+    """Mutants that SURVIVORS.md lists (in a list item that says "Killed on the H200") as killed
+    by the GPU tests: the CPU run cannot reach them."""
+    path = ROOT / "tests" / "mutation" / "SURVIVORS.md"
+    names: set[str] = set()
+    if path.exists():
+        for item in re.split(r"\n(?=- |#)", path.read_text()):
+            if item.startswith("- Killed on the H200"):
+                names.update(re.findall(r"`(cleanflush\.[^`]+__mutmut_\d+)`", item))
+    return names
+
+
 def results() -> dict[str, dict[str, int | None]]:
     """Each module's mutants (path under src/ -> mutant name -> mutmut's exit code)."""
     table = {}
@@ -59,9 +71,13 @@ def results() -> dict[str, dict[str, int | None]]:
     return table
 
 
-def status(name: str, code: int | None, same: set[str]) -> str:
-    """What became of a mutant: equivalent (SURVIVORS.md), or mutmut's exit code in words."""
-    return "equivalent" if name in same else STATUS.get(code, "suspicious")
+def status(name: str, code: int | None, same: set[str], on_gpu: frozenset[str] = frozenset()) -> str:
+    """What became of a mutant: equivalent (SURVIVORS.md), killed by the GPU tests where the
+    CPU run did not (SURVIVORS.md), or mutmut's exit code in words."""
+    if name in same:
+        return "equivalent"
+    found = STATUS.get(code, "suspicious")
+    return "killed on a GPU" if name in on_gpu and found != "killed" else found
 
 
 def scores() -> dict[str, collections.Counter[str]]:
@@ -90,11 +106,11 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def score(names: list[str]) -> str:
     codes = {name: code for found in results().values() for name, code in found.items()}
-    same = equivalent()
-    of = {n: status(n, codes.get(n), same) for n in names}
+    same, on_gpu = equivalent(), frozenset(killed_on_a_gpu())
+    of = {n: status(n, codes.get(n), same, on_gpu) for n in names}
     counts = collections.Counter(of.values())
     judged = len(names) - counts["equivalent"] - counts["not checked"]
-    hits = counts["killed"] + counts["timeout"]
+    hits = counts["killed"] + counts["timeout"] + counts["killed on a GPU"]
     low, high = wilson(hits, judged) if judged else (0.0, 0.0)
     survivors = sorted(n for n, s in of.items() if s in ("survived", "no tests"))
     return "\n".join(

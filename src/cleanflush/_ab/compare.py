@@ -332,7 +332,7 @@ def _decision(
         record["ratio"] = stock_us / clean_us
         record["cost_us"] = stock_us - clean_us  # per call: what the stock pick costs the job
         s_price, c_price = prices[record["stock_winner"]], prices[record["clean_winner"]]
-        record["cost"] = record["ratio"] - 1
+        record["cost"] = record["stock_winner_slower_by"] = record["ratio"] - 1
         record["cost_low"] = s_price["low"] / c_price["high"] - 1
         record["cost_high"] = s_price["high"] / c_price["low"] - 1
         # a run's pick, each run counted: what tuning under the stock flush costs on average
