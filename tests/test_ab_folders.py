@@ -374,6 +374,9 @@ def test_a_pruners_config_is_made_again_with_its_options_and_the_tuners_pre_hook
     assert call.config(str(own)) is own  # the tuner's own, as it is
     again = call.config(str(pruned))
     assert str(again) == str(pruned) and again.kwargs == {"BLOCK": 64} and again.pre_hook is hook
+    alone = triton.Config({"BLOCK": 32}, num_warps=1)  # no config of the tuner's has its meta-parameters
+    call.configs[str(alone)] = _calls.config_spec(alone)
+    assert str(call.config(str(alone))) == str(alone) and call.config(str(alone)).pre_hook is None
     with pytest.raises(LookupError, match="no config of hook is 'BLOCK: 8' here"):
         call.config("BLOCK: 8")
 

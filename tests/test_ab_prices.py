@@ -421,6 +421,13 @@ def test_picks_with_no_price_asked_for_are_judged_by_the_clean_timing_and_say_so
     [d] = _ab_compare.compare(stock, clean, "write-read", None)["decisions"]
     assert d["priced"] is False and d["not_priced"] == "no price was asked for"
     assert "not priced" not in d["reason"]  # nothing failed: no price was wanted
+    assert d["cost"] is not None and d["stock_winner_slower_by"] == d["cost"]  # by the clean runs' timing
+
+
+def test_a_pick_shown_with_its_count_is_cut_at_fifty_characters():
+    long, cut = "B" * 51, "B" * 47 + "..."
+    assert _ab_report._counted([long, "a", long]) == f"{cut} x2, a x1"
+    assert _ab_report._counted(["B" * 50]) == "B" * 50 + " x1"  # the edge: shown whole
 
 
 def test_a_failed_run_is_named_by_its_side_and_an_unpatched_clean_side_says_stock_against_stock():

@@ -151,6 +151,7 @@ def test_the_option_and_the_marker_are_in_pytests_help(pytester):
     found.stdout.fnmatch_lines(  # pytest wraps the help at the terminal's width
         ["*--cleanflush=POLICY*default cleanflush policy for this run: write-read,", "*read, write"]
     )
+    found.stdout.fnmatch_lines(["*--cleanflush-pick=RULE*", "*how autotuners pick among near-ties in this run:*"])
     found = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "--markers")
     found.stdout.fnmatch_lines(["@pytest.mark.cleanflush(policy): run this test under that cleanflush flush policy"])
 
