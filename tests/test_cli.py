@@ -524,7 +524,8 @@ def test_status_says_each_pick_rule_and_check_fails_on_an_invalid_one():
 
     assert status.pick_rule_says(None) == "CLEANFLUSH_PICK is unset: autotuners keep their own pick (fastest)"
     assert status.pick_rule_says("fastest") == "CLEANFLUSH_PICK=fastest: autotuners keep their own pick"
-    assert status.pick_rule_says(" Stable ").startswith("CLEANFLUSH_PICK= Stable : Triton @autotune kernels keep")
+    stable = status.pick_rule_says(" Stable ")
+    assert stable.startswith("CLEANFLUSH_PICK= Stable : Triton @autotune kernels and Inductor's algorithm selection")
     bad = status.pick_rule_says("fastes")
     assert bad.startswith("INVALID: ") and "stable" in bad
     row = {"name": "triton", "target": "triton", "state": "patched", "detail": ""}

@@ -419,8 +419,8 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
     }
     lines = report.format_report(result).splitlines()
     assert (
-        lines[3] == "autotuning decisions matched in both: 3; with the stable rule applied: 3 (Triton @autotune; "
-        "Inductor's keep their own pick)"
+        lines[3] == "autotuning decisions matched in both: 3; with the stable rule applied: 3 (Triton @autotune, "
+        "Inductor's algorithm selection; Inductor's kernel configs keep their own pick)"
     )
     assert lines[4] == "  fastest: 2 of 3 decisions picked alike in all 2 runs (2 within the noise by price)"
     assert lines[5] == "  stable: 3 of 3 decisions picked alike in all 2 runs (3 within the noise by price)"
@@ -439,3 +439,84 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
     total = (3 * 10.0 + 1 * 12.0) / (3 * 10.5 + 1 * 10.0)
     assert f"job, over the 2 priced decision(s) whose calls were counted: stable / fastest {total:.4f}" in lines[-2]
     assert lines[-1] == "wall time a run, median: fastest 11.0 s, stable 12.0 s (+9.1%)"
+
+
+# ---- Inductor's algorithm selection, for real, on CPU -------------------------------------
+
+# A frozen Linear under max-autotune on CPU: Inductor chooses between its C++ GEMM template
+# and the MKL call.  The timer is the job's own (AlgorithmSelectorCache.benchmark: every
+# choice priced at a fixed time, MKL 0.4% faster), so which choice is kept is decided by
+# the rule alone: Inductor's own min() keeps MKL, the stable rule the first in Inductor's order.
+INDUCTOR_JOB = """
+import json, os, torch, cleanflush
+import torch._inductor.config as config
+import torch._inductor.select_algorithm as select
+config.freezing = True
+config.max_autotune_gemm_backends = "CPP,ATEN"
+calls = []
+
+def benchmark(self, choices, *args, **kwargs):
+    calls.append(len(choices))
+    if os.environ.get("FAIL_AGAIN") and len(calls) > 1:
+        raise RuntimeError("fails when timed again")
+    return {c: 0.1 if type(c).__name__ == "ExternKernelCaller" else 0.1004 for c in choices}
+
+select.AlgorithmSelectorCache.benchmark = benchmark
+layer = torch.nn.Linear(256, 128).eval()
+x = torch.randn(32, 256)
+for rule in os.environ.get("RULES", "fastest stable").split():
+    torch._dynamo.reset()
+    with torch.no_grad(), cleanflush.pick(rule):
+        out = torch.compile(layer, mode="max-autotune-no-cudagraphs")(x)
+    torch.testing.assert_close(out, layer(x))
+    print(json.dumps({"rule": rule, "benchmark_calls": calls}))
+    calls.clear()
+"""
+
+
+def test_inductors_algorithm_selection_keeps_the_first_choice_in_its_order_within_the_band(tmp_path):
+    pytest.importorskip("torch._inductor")
+    decisions = tmp_path / "decisions.jsonl"
+    env = {"CLEANFLUSH": "1", "CLEANFLUSH_DECISIONS": str(decisions), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
+    child = run_python(INDUCTOR_JOB, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    calls = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in decisions.read_text().splitlines()]
+    fastest, stable = [d for d in lines if d["kind"] == "inductor"]
+    first = next(iter(stable["timings_ms"]))  # Inductor's own order
+    assert fastest["rule"] == "fastest" and "pick" not in fastest  # the negative control: MKL, the fastest
+    assert fastest["winner"].startswith("_mkl_linear") and first != fastest["winner"]
+    assert stable["rule"] == "stable" and stable["winner"] == first
+    assert stable["pick"]["fastest"] == fastest["winner"] and stable["pick"]["candidates"] == [first, fastest["winner"]]
+    assert stable["pick"]["band"] == 0.01 and set(stable["pick"]["timed_again"]) == {first, fastest["winner"]}
+    # the sweep, then each choice alone in two rounds; under fastest, the sweep alone
+    assert [c["benchmark_calls"] for c in calls] == [[2], [2, 1, 1, 1, 1]]
+
+
+def test_a_choice_that_fails_when_timed_again_keeps_inductors_pick_said_once(tmp_path):
+    pytest.importorskip("torch._inductor")
+    decisions = tmp_path / "decisions.jsonl"
+    env = {"CLEANFLUSH": "1", "CLEANFLUSH_DECISIONS": str(decisions), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), RULES="stable", FAIL_AGAIN="1")
+    child = run_python(INDUCTOR_JOB, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    [d] = [json.loads(line) for line in decisions.read_text().splitlines() if '"inductor"' in line]
+    assert d["winner"].startswith("_mkl_linear") and "pick" not in d  # Inductor's own pick
+    said = [line for line in child.stderr.splitlines() if "kept Inductor's own pick" in line]
+    assert len(said) == 1 and "fails when timed again" in said[0]
+
+
+def test_uninstall_gives_inductors_autotune_back_and_fastest_returns_its_timings_as_they_are():
+    select = pytest.importorskip("torch._inductor.select_algorithm")
+    from cleanflush import _inductor_pick
+
+    cleanflush.uninstall()
+    own = vars(select.AlgorithmSelectorCache)["autotune"]
+    cleanflush.install()
+    assert vars(select.AlgorithmSelectorCache)["autotune"] is not own  # wrapped
+    timings = {"a": 1.0, "b": 1.001}
+    returned = _inductor_pick._autotune(lambda *a, **k: timings, None, (), {})
+    assert returned is timings  # fastest: nothing timed again, nothing changed
+    cleanflush.uninstall()
+    assert vars(select.AlgorithmSelectorCache)["autotune"] is own

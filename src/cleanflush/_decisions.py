@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strin
 
 import wrapt
 
-from . import _calls, _env, _patching
+from . import _calls, _env, _inductor_pick, _patching
 from ._autotuner import WRAPPED, TunerCache, cache_of, ms, op_name
 from ._pick import Picked, current_pick
 from ._policy import current_policy
@@ -124,16 +124,16 @@ def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) 
     return found
 
 
-def pick_line(picked: Picked) -> PickLine:
-    """What the stable rule found, as a decision line carries it."""
+def pick_line(picked: Picked, label: Callable[[Any], str] = str) -> PickLine:
+    """What the stable rule found, as a decision line carries it (each config named by ``label``)."""
     return {
         "rule": "stable",
-        "fastest": str(picked.fastest),
+        "fastest": label(picked.fastest),
         "band": picked.band,
         "floor": picked.floor,
         "noise": picked.noise,
-        "candidates": [str(c) for c in picked.candidates],
-        "timed_again": {str(c): t for c, t in picked.timed_again.items()},
+        "candidates": [label(c) for c in picked.candidates],
+        "timed_again": {label(c): t for c, t in picked.timed_again.items()},
         "too_noisy": picked.too_noisy,
     }
 
@@ -279,7 +279,14 @@ def inductor_decision(timings: dict[Any, float], name: str, input_nodes: list[An
 
 
 def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) -> None:
-    decision = lambda: [inductor_decision(dict(timings), str(name), list(input_nodes))]  # noqa: E731
+    picked = _inductor_pick.picked_for(timings)
+
+    def decision() -> list[Tuned]:
+        found = inductor_decision(dict(timings), str(name), list(input_nodes))
+        if picked is not None:
+            found["pick"] = pick_line(picked, choice_label)
+        return [found]
+
     _record("inductor", "an Inductor autotuning decision", decision)
 
 

@@ -10,8 +10,9 @@ decided by timing noise, so fresh processes and ranks pick differently.
    still takes part); the sweep is the first of the ``ROUNDS``, so tuning time grows by
    ``ROUNDS - 1`` timings of at most ``MOST_TIMED_AGAIN`` configs;
 2. each timing is taken over its round's fastest (a round the GPU ran slow in cancels); the
-   noise is the median over the configs of those ratios' spread (one config that stalled once
-   does not widen it); the band is the larger of the floor and the noise;
+   noise is the median over the configs of those ratios' spread in the rounds timed again
+   (the sweep chose the window, so its timings lean fast; one config that stalled once does
+   not widen it); the band is the larger of the floor and the noise;
 3. of the configs within the band of the best median, the first in the autotuner's own order
    is kept.
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import wrapt
 
-from . import _autotuner, _children, _decisions, _env, _flush, _pick, _policy, _report
+from . import _autotuner, _children, _decisions, _env, _flush, _inductor_pick, _pick, _policy, _report
 from ._registry import NAMES, TARGETS, Target
 from ._state import STATE, Site, State, TargetStatus, record, say_once, warn_once
 
@@ -143,12 +143,14 @@ def install(policy: str | None, source: str) -> bool:
                 wrapt.register_post_import_hook(hook, module)
         _decisions.register()
         _autotuner.register()
+        _inductor_pick.register()
         return True
     for target in TARGETS:
         if any(module in sys.modules for module in target.triggers):
             apply(target)
     _decisions.apply()
     _autotuner.apply()
+    _inductor_pick.apply()
     if "multiprocessing.process" in sys.modules:
         _children.apply()
     return True
@@ -164,6 +166,7 @@ def uninstall() -> None:
             revert(target)
         _decisions.revert()
         _autotuner.revert()
+        _inductor_pick.revert()
         _children.revert()
         _policy.export(False, INSTALL.env_before)
         _pick.PICK.export(False, INSTALL.pick_before)

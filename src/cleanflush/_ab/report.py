@@ -60,7 +60,8 @@ def format_pick_report(result: Result) -> str:
         f"{result['runs']} run(s) each, interleaved, fresh caches per run",
         "",
         f"autotuning decisions matched in both: {len(picks['decisions'])}; with the stable rule applied: "
-        f"{sum(bool(d['bands']) for d in picks['decisions'])} (Triton @autotune; Inductor's keep their own pick)",
+        f"{sum(bool(d['bands']) for d in picks['decisions'])} (Triton @autotune, Inductor's algorithm selection; "
+        "Inductor's kernel configs keep their own pick)",
     ]
     for side, a in picks["agreement"].items():
         lines.append(
