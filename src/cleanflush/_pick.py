@@ -21,7 +21,8 @@ floor keeps the autotuner's own pick: near-ties cannot be told apart at a cost u
 there (benchmarks/results/h200/pick.json, gemlite at a 2% floor, before this cap).
 
 The rule is a ``Choice`` (``_blocks``): ``CLEANFLUSH_PICK``, ``pick()`` blocks, children
-through the variable.  ``_autotuner`` applies it to Triton's ``Autotuner``.
+through the variable.  ``_autotuner`` applies it to Triton's ``Autotuner``,
+``_inductor_pick`` to Inductor's algorithm selection.
 """
 
 from __future__ import annotations
