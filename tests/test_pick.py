@@ -484,6 +484,8 @@ def test_inductors_algorithm_selection_keeps_the_first_choice_in_its_order_withi
     calls = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
     lines = [json.loads(line) for line in decisions.read_text().splitlines()]
     fastest, stable = [d for d in lines if d["kind"] == "inductor"]
+    if len(fastest["timings_ms"]) < 2:
+        pytest.skip("Inductor offered one choice on this CPU (no C++ GEMM template for its ISA)")
     first = next(iter(stable["timings_ms"]))  # Inductor's own order
     assert fastest["rule"] == "fastest" and "pick" not in fastest  # the negative control: MKL, the fastest
     assert fastest["winner"].startswith("_mkl_linear") and first != fastest["winner"]
