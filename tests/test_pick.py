@@ -504,6 +504,8 @@ def test_a_choice_that_fails_when_timed_again_keeps_inductors_pick_said_once(tmp
     child = run_python(INDUCTOR_JOB, env=env)
     assert child.returncode == 0, child.stderr[-3000:]
     [d] = [json.loads(line) for line in decisions.read_text().splitlines() if '"inductor"' in line]
+    if len(d["timings_ms"]) < 2:
+        pytest.skip("Inductor offered one choice on this CPU (no C++ GEMM template for its ISA)")
     assert d["winner"].startswith("_mkl_linear") and "pick" not in d  # Inductor's own pick
     said = [line for line in child.stderr.splitlines() if "kept Inductor's own pick" in line]
     assert len(said) == 1 and "fails when timed again" in said[0]
