@@ -33,8 +33,8 @@ SELECT = "torch._inductor.select_algorithm"
 NEEDED = ("name", "input_nodes", "layout", "input_gen_fns", "choices")
 NUDGE = 1e-9  # the kept choice's time under the fastest's: min() keeps it whatever the order
 
-# The last decision the rule changed, for the decision line (``_decisions``): Inductor hands
-# its feedback savers the timings ``autotune`` returned, in the same call.
+# The last decision the rule made, for its decision line (``_decisions``): Inductor hands its
+# feedback savers the timings ``autotune`` returned, in the same call.
 LAST: dict[str, Any] = {}
 
 
