@@ -3,6 +3,7 @@ threads, children, `cleanflush run --pick`, the pytest option), and the real Tri
 Autotuner through Triton's interpreter in fresh processes, where the autotuner's own pick
 differs between processes on jittered near-ties and the stable pick does not."""
 
+import inspect
 import json
 import os
 import random
@@ -524,3 +525,39 @@ def test_uninstall_gives_inductors_autotune_back_and_fastest_returns_its_timings
     assert returned is timings  # fastest: nothing timed again, nothing changed
     cleanflush.uninstall()
     assert vars(select.AlgorithmSelectorCache)["autotune"] is own
+
+
+def test_inductors_window_is_timed_again_with_the_sweeps_own_inputs_and_hint():
+    select = pytest.importorskip("torch._inductor.select_algorithm")
+    from cleanflush import _inductor_pick
+
+    def autotune(self, name, input_nodes, layout, input_gen_fns, choices, hint_override=None, is_collective=False,
+                 precompile_key=None):  # fmt: skip
+        return {"a": 1.004, "b": 1.0, "c": 1.5}  # Inductor's sweep: b fastest, a first within the band
+
+    # the stand-in takes what the installed Inductor's autotune takes, by name
+    real = list(inspect.signature(select.AlgorithmSelectorCache.autotune).parameters)
+    assert list(inspect.signature(autotune).parameters) == real
+
+    class Selector:
+        calls = []
+
+        def benchmark(self, choices, input_nodes, layout, input_gen_fns, hint_override=None):
+            self.calls.append((choices, input_nodes, layout, input_gen_fns, hint_override))
+            return {c: {"a": 1.004, "b": 1.0}[c] for c in choices}
+
+    me = Selector()
+    nodes, layout, gens = object(), object(), object()
+    wrapped = autotune.__get__(me)
+    kwargs = {"input_gen_fns": gens, "choices": ["a", "b", "c"], "hint_override": 7}
+    with cleanflush.pick("stable"):
+        kept = _inductor_pick._autotune(wrapped, me, ("mm", nodes, layout), kwargs)
+        assert kept["a"] < kept["b"] == 1.0 and kept["c"] == 1.5  # a kept: the first in order within the band
+        assert _inductor_pick.picked_for(kept).winner == "a" and _inductor_pick.picked_for(dict(kept)) is None
+        assert me.calls == [([c], nodes, layout, gens, 7) for c in ("b", "a", "a", "b")]
+        me.calls.clear()
+        together = _inductor_pick._autotune(wrapped, me, ("mm", nodes, layout), {**kwargs, "is_collective": True})
+        assert together == {"a": 1.004, "b": 1.0, "c": 1.5} and me.calls == []  # every rank times together: Inductor's
+        Selector.benchmark = lambda self, choices, *rest, **kw: {}  # a choice with no time again: Inductor's, said once
+        with pytest.warns(RuntimeWarning, match="kept Inductor's own pick .*failed when timed again"):
+            assert _inductor_pick._autotune(wrapped, me, ("mm2", nodes, layout), kwargs)["a"] == 1.004
