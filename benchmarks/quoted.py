@@ -15,9 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cleanflush import _pick
-
 from .common import RESULTS, read_csv
+from .pick import rule
 
 MiB = 1 << 20
 
@@ -209,7 +208,7 @@ def pick_table(folder: Path) -> str:
 
 def _rule_version(settings: Any) -> str:
     """Whether a pick study entry measured the stable rule as it is now, by its recorded settings."""
-    now = {k.lower(): getattr(_pick, k) for k in ("WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
+    now = {k: v for k, v in rule(None).items() if k != "floor"}  # a floor set for a run is not another rule
     if isinstance(settings, dict) and all(settings.get(k) == v for k, v in now.items()):
         return "as documented"
     return "an earlier version"
