@@ -274,18 +274,19 @@ def test_report_says_when_nothing_changed_and_when_nothing_was_tuned():
 def test_the_report_counts_the_decisions_of_each_kind_and_says_when_one_run_cannot_agree():
     stock = [[decision("k", "1", {"a": 1.0}), decision("mm", "2", {"a": 1.0}, "inductor")]]
     stock[0] += [decision("t", "3", {"a": 1.0}, "inductor-kernel"), decision("t", "4", {"a": 1.0}, "inductor-kernel")]
+    stock[0] += [decision("t", "3", {"a": 1.0}, "inductor-coordesc")]
     lines = _ab_report.format_report(record_of(stock, stock)).splitlines()
     assert lines[3] == (
-        "autotuning decisions matched in both: 4 "
-        "(Triton autotuner 1, Inductor max-autotune 1, Inductor kernel configs 2); priced independently: 0"
+        "autotuning decisions matched in both: 5 (Triton autotuner 1, Inductor max-autotune 1, "
+        "Inductor kernel configs 2, their coordinate descent 1); priced independently: 0"
     )
     assert lines[4] == (
-        "reproducible: stock runs agree on 4 of 4 decisions (4 by price), write-read runs on 4 of 4 (4 by price) "
+        "reproducible: stock runs agree on 5 of 5 decisions (5 by price), write-read runs on 5 of 5 (5 by price) "
         "(one run a side: nothing to agree with)"
     )
     two = _ab_report.format_report(record_of(stock * 2, stock * 2)).splitlines()
     assert two[4] == (
-        "reproducible: stock runs agree on 4 of 4 decisions (4 by price), write-read runs on 4 of 4 (4 by price)"
+        "reproducible: stock runs agree on 5 of 5 decisions (5 by price), write-read runs on 5 of 5 (5 by price)"
     )
 
 

@@ -150,7 +150,7 @@ def test_the_report_says_which_classes_are_under_the_floor_and_the_kinds_of_deci
     assert "unstable: 1" in lines
     assert lines[3] == (
         "autotuning decisions matched in both: 2 (Triton autotuner 2, Inductor max-autotune 0, "
-        "Inductor kernel configs 0); priced independently: 2"
+        "Inductor kernel configs 0, their coordinate descent 0); priced independently: 2"
     )
 
 

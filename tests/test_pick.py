@@ -5,6 +5,7 @@ differs between processes on jittered near-ties and the stable pick does not."""
 
 import inspect
 import json
+import math
 import os
 import random
 import subprocess
@@ -421,7 +422,7 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
     lines = report.format_report(result).splitlines()
     assert (
         lines[3] == "autotuning decisions matched in both: 3; with the stable rule applied: 3 (Triton @autotune, "
-        "Inductor's algorithm selection; Inductor's kernel configs keep their own pick)"
+        "Inductor's algorithm selection and kernel configs; Inductor's coordinate descent steps only beyond the floor)"
     )
     assert lines[4] == "  fastest: 2 of 3 decisions picked alike in all 2 runs (2 within the noise by price)"
     assert lines[5] == "  stable: 3 of 3 decisions picked alike in all 2 runs (3 within the noise by price)"
@@ -561,3 +562,176 @@ def test_inductors_window_is_timed_again_with_the_sweeps_own_inputs_and_hint():
         Selector.benchmark = lambda self, choices, *rest, **kw: {}  # a choice with no time again: Inductor's, said once
         with pytest.warns(RuntimeWarning, match="kept Inductor's own pick .*failed when timed again"):
             assert _inductor_pick._autotune(wrapped, me, ("mm2", nodes, layout), kwargs)["a"] == 1.004
+
+
+# ---- Inductor's generated kernels' configs: the real CachingAutotuner's own loop --------
+
+
+class StaticKernel:
+    """What a static launcher's runner is bound to: ``_close_static_launcher`` closes it."""
+
+    def __init__(self):
+        self.closed = 0
+
+    def run(self, *args):
+        pass
+
+    def close(self):
+        self.closed += 1
+
+
+class StaticLauncher:
+    """A launcher as torch 2.13's ``_close_static_launcher`` and ``autotune_to_one_config``
+    read one (triton_heuristics.py: ``_is_static``, ``__globals__["runner"].__self__``)."""
+
+    def __init__(self, xblock):
+        triton = pytest.importorskip("triton")
+        self.xblock, self.config = xblock, triton.Config({"XBLOCK": xblock}, num_warps=4, num_stages=1)
+        self._is_static, self.cache_hash = True, None
+        self.kernel = StaticKernel()
+        self.__globals__ = {"runner": self.kernel.run}
+        self.n_regs = self.n_spills = self.shared = 0
+
+
+def kernel_tuner(sweep, again):
+    """A real ``CachingAutotuner``, made without compiling anything: its own
+    ``benchmark_all_configs`` and ``autotune_to_one_config`` run, and ``bench`` (the GPU timer)
+    times each launcher from ``sweep`` (XBLOCK -> ms) once, then from ``again``.  A closed
+    launcher cannot be timed."""
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
+
+    tuner = object.__new__(heuristics.CachingAutotuner)
+    launchers = {x: StaticLauncher(x) for x in sweep}
+    tuner.__dict__.update(
+        launchers=list(launchers.values()),
+        inductor_meta={"kernel_name": "triton_red_fused_mv_0"},
+        size_hints={"x": 4096, "r0_": 4096},
+        compile_id=None,
+        is_backward=False,
+        coordesc_tuner=CoordescTuner(),
+        reset_to_zero_arg_names=[],
+        benchmark_failure_reasons={},
+        compile_results=[],
+        precompile_time_taken_ns=0,
+        save_cache_hook=None,
+        fn=types.SimpleNamespace(__name__="triton_red_fused_mv_0"),
+    )
+    timed = []
+
+    def bench(launcher, *args, **kwargs):
+        if launcher.kernel.closed:
+            raise RuntimeError(f"XBLOCK {launcher.xblock} was closed")
+        times = again if launcher.xblock in {x for x, _ in timed} else sweep
+        timed.append((launcher.xblock, args))
+        return times[launcher.xblock]
+
+    tuner.bench = bench
+    return tuner, launchers, timed
+
+
+@pytest.mark.parametrize("rule", ["fastest", "stable"])
+def test_inductors_kernel_configs_keep_the_first_in_order_within_the_band_and_close_the_rest(rule):
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    assert type(vars(heuristics.CachingAutotuner)["benchmark_all_configs"]).__name__ == "FunctionWrapper"
+    sweep = {1: 1.004, 8: 1.0, 64: 1.5}  # XBLOCK 8 fastest, 1 first within the band
+    tuner, launchers, timed = kernel_tuner(sweep, {1: 1.003, 8: 1.0})
+    with cleanflush.pick(rule):
+        tuner.autotune_to_one_config("in", "out")
+    kept = 1 if rule == "stable" else 8  # fastest: the negative control
+    assert tuner.launchers == [launchers[kept]]
+    assert launchers[kept].kernel.closed == 0 and all(one.kernel.closed for x, one in launchers.items() if x != kept)
+    assert [x for x, _ in timed[3:]] == ([] if rule == "fastest" else [8, 1, 1, 8])  # the rule's rounds
+    assert {args for _, args in timed} == {("in", "out")}  # timed again with the call's own arguments
+
+
+def test_a_clear_winner_among_inductors_kernel_configs_is_kept_and_nothing_is_timed_again():
+    tuner, launchers, timed = kernel_tuner({1: 1.05, 8: 1.0}, {})
+    with cleanflush.pick("stable"):
+        tuner.autotune_to_one_config()
+    assert tuner.launchers == [launchers[8]] and len(timed) == 2
+
+
+def test_a_kernel_config_that_fails_when_timed_again_keeps_inductors_pick_said_once():
+    tuner, launchers, _ = kernel_tuner({1: 1.004, 8: 1.0}, {1: math.inf, 8: 1.0})
+    with cleanflush.pick("stable"), pytest.warns(RuntimeWarning, match="triton_red_fused_mv_0 kept Inductor's own"):
+        tuner.autotune_to_one_config()
+    assert tuner.launchers == [launchers[8]] and launchers[1].kernel.closed
+
+
+def test_a_kernel_decision_line_carries_what_the_stable_rule_kept(tmp_path, monkeypatch):
+    from cleanflush import _decisions
+
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    monkeypatch.setenv("CLEANFLUSH_DECISIONS", str(tmp_path / "decisions.jsonl"))
+    cleanflush.uninstall()
+    cleanflush.install()  # both go on afresh, Inductor loaded: the recorder outside the rule's wrapper
+    tuner, launchers, _ = kernel_tuner({1: 1.004, 8: 1.0}, {1: 1.003, 8: 1.0})
+    with cleanflush.pick("stable"):
+        tuner.autotune_to_one_config()
+    [line] = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    first, fastest = str(launchers[1].config), str(launchers[8].config)
+    assert line["winner"] == first and line["timings_ms"][fastest] == 1.0
+    assert line["pick"]["fastest"] == fastest and line["pick"]["candidates"] == [first, fastest]
+    cleanflush.uninstall()
+    assert not list(_decisions._patching.patch_set(_decisions.NAME))
+    for name in ("benchmark_all_configs", "_close_static_launcher", "coordinate_descent_tuning"):
+        assert type(vars(heuristics.CachingAutotuner)[name]).__name__ in ("function", "staticmethod"), name
+
+
+def descent(timings, rule):
+    """Inductor's own coordinate descent (``CoordescTuner.autotune``) from XBLOCK 64, 4 warps,
+    over ``timings`` (XBLOCK -> ms; every other config 2 ms): the XBLOCK it keeps."""
+    tuner_module = pytest.importorskip("torch._inductor.runtime.coordinate_descent_tuner")
+    triton = pytest.importorskip("triton")
+    tuner = tuner_module.CoordescTuner(name="triton_poi_0", size_hints={"x": 4096}, inductor_meta={})
+
+    def time(config):
+        return timings.get(config.kwargs["XBLOCK"], 2.0) if config.num_warps == 4 else 2.0
+
+    with cleanflush.pick(rule):
+        return tuner.autotune(time, triton.Config({"XBLOCK": 64}, num_warps=4, num_stages=1)).kwargs["XBLOCK"]
+
+
+def test_coordinate_descent_steps_only_beyond_the_floor_under_stable():
+    near = {64: 1.0, 128: 0.995}  # 0.5% faster: a step under fastest (its own 0.1%), none under stable
+    assert descent(near, "fastest") == 128 and descent(near, "stable") == 64
+    far = {64: 1.0, 128: 0.98}  # 2% faster: a step under either
+    assert descent(far, "fastest") == 128 == descent(far, "stable")
+
+
+def test_coordinate_descents_own_pick_is_recorded_named_as_its_tuner_names_configs(tmp_path, monkeypatch):
+    from cleanflush import _decisions
+
+    monkeypatch.setenv("CLEANFLUSH_DECISIONS", str(tmp_path / "decisions.jsonl"))
+    tuner, launchers, _ = kernel_tuner({1: 1.0, 8: 1.0}, {})
+    tuner.coordesc_tuner.cache_benchmark_result(launchers[1].config, 1.0)
+    tuner.coordesc_tuner.cache_benchmark_result(launchers[8].config, 0.9)
+    launchers[8].config.found_by_coordesc = True
+    for walked_to in (launchers[1], launchers[8]):  # not tuned (nothing found by it): no line
+        walk = lambda launcher, to=walked_to: to  # noqa: E731
+        assert _decisions._coordinate_descent(walk, tuner, (launchers[1],), {}) is walked_to
+    [line] = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    eight = "XBLOCK: 8, num_warps: 4, num_stages: 1"
+    assert {k: v for k, v in line.items() if k not in ("pid", "policy", "rule")} == {
+        "kind": "inductor-coordesc",
+        "op": "triton_red_fused_mv_0",
+        "key": "{'x': 4096, 'r0_': 4096}",
+        "timings_ms": {"XBLOCK: 1, num_warps: 4, num_stages: 1": 1.0, eight: 0.9},
+        "winner": eight,
+    }
+
+
+def test_a_sweep_that_fails_under_stable_still_closes_what_inductor_closed_on_the_way():
+    tuner, launchers, _ = kernel_tuner({1: 1.0, 8: 1.5, 64: math.nan}, {})
+    stock_bench = tuner.bench
+
+    def bench(launcher, *args, **kwargs):  # the last launcher's launch fails: Inductor raises
+        if launcher.xblock == 64:
+            raise RuntimeError("launch failed")
+        return stock_bench(launcher, *args, **kwargs)
+
+    tuner.bench = bench
+    with cleanflush.pick("stable"), pytest.raises(RuntimeError, match="launch failed"):
+        tuner.autotune_to_one_config()
+    assert launchers[8].kernel.closed == 1 and launchers[1].kernel.closed == 0  # as Inductor's own loop leaves them

@@ -12,7 +12,10 @@ one JSON line when it is made, in whichever process makes it:
 * Inductor's own kernels (``CachingAutotuner.benchmark_all_configs``: the configs of each
   generated Triton kernel, such as the reduction a one-row ``F.linear`` lowers to, which
   never reaches algorithm selection on torch 2.11): per kernel and size hints, every
-  config's timing and the fastest.
+  config's timing and the one kept (the fastest, or the stable rule's pick).
+* Their coordinate descent (``CachingAutotuner.coordinate_descent_tuning``, on in the
+  max-autotune modes), which walks on from that kept config: every config it timed and the
+  one it kept, which is the one the kernel runs.
 
 Choices are named by what they are, not by per-process counters (``triton_mm_12``), so the
 same choice can be matched across runs.
@@ -233,12 +236,17 @@ def _record(kind: str, what: str, made: Callable[[], list[Tuned]]) -> None:
         write(decision)
 
 
-def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> Tuned:
+def launcher_label(launcher: Any) -> str:
+    """An Inductor kernel's launcher, named by its config (a name already made: itself)."""
+    return str(getattr(launcher, "config", launcher))
+
+
+def kernel_decision(tuner: Any, timings: dict[Any, Any], kind: str = "inductor-kernel") -> Tuned:
     meta = getattr(tuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or getattr(getattr(tuner, "fn", None), "__name__", "?")
-    labelled = {str(getattr(launcher, "config", launcher)): ms(t) for launcher, t in timings.items()}
+    labelled = {launcher_label(launcher): ms(t) for launcher, t in timings.items()}
     return {
-        "kind": "inductor-kernel",
+        "kind": kind,
         "op": str(name),
         "key": str(getattr(tuner, "size_hints", "")),
         "timings_ms": labelled,
@@ -248,8 +256,39 @@ def kernel_decision(tuner: Any, timings: dict[Any, Any]) -> Tuned:
 
 def _benchmark_all_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     timings = wrapped(*args, **kwargs)
-    _record("kernel", "an Inductor kernel's autotuning", lambda: [kernel_decision(instance, dict(timings))])
+    picked = _inductor_pick.picked_for(timings)
+
+    def decision() -> list[Tuned]:
+        found = kernel_decision(instance, dict(timings))
+        if picked is not None:
+            found["pick"] = pick_line(picked, launcher_label)
+        return [found]
+
+    _record("kernel", "an Inductor kernel's autotuning", decision)
     return timings
+
+
+def _coordinate_descent(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Where coordinate descent walked from the kernel's kept config: every config it timed
+    (named as its tuner's cache names them) and the one it kept."""
+    winner = wrapped(*args, **kwargs)
+
+    def decision() -> list[Tuned]:
+        if not getattr(winner.config, "found_by_coordesc", False):
+            return []  # not tuned (a template, a fixed config): the kept config stands
+        tuner = instance.coordesc_tuner
+        hashable = sys.modules[type(tuner).__module__].triton_config_to_hashable
+
+        def name(key: Any) -> str:
+            return ", ".join(f"{field}: {value}" for field, value in key)
+
+        timed = {name(k): t for k, t in tuner.cached_benchmark_results.items()}
+        found = kernel_decision(instance, timed, "inductor-coordesc")
+        found["winner"] = name(hashable(winner.config))
+        return [found]
+
+    _record("coordesc", "an Inductor kernel's coordinate descent", decision)
+    return winner
 
 
 def choice_label(choice: Any) -> str:
@@ -294,6 +333,7 @@ def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) ->
 _WRAPS = (
     (AUTOTUNER, "Autotuner", "run", _autotuner_run),
     (HEURISTICS, "CachingAutotuner", "benchmark_all_configs", _benchmark_all_configs),
+    (HEURISTICS, "CachingAutotuner", "coordinate_descent_tuning", _coordinate_descent),
 )
 
 

@@ -75,7 +75,7 @@ def wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
 
 def _wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
     existing = our_patch(owner, name)
-    if existing is not None:
+    if existing is not None and getattr(existing.wrapper, "_self_wrapper", None) == wrapper:
         return existing
     current = vars(owner)[name]
     # Every patch ever made is kept (MADE.patches): a re-install puts the same wrapper back, so a
@@ -119,13 +119,18 @@ class PatchSet:
     """The patches one target module has applied, so that ``revert`` can undo them all.
 
     Hooks may apply the same target more than once (one call per hooked module); wrapping
-    is idempotent and each patch is kept once.
+    is idempotent and each patch is kept once.  Two sets may wrap one attribute (the pick
+    rule's ``benchmark_all_configs`` under the decisions recorder's): the one applied last
+    sits outside and must be reverted first.
     """
 
     def __init__(self) -> None:
         self._patches: list[Patch] = []
 
     def wrap(self, owner: Any, name: str, wrapper: Wrapper) -> Patch:
+        for patch in self._patches:  # ours, though another set's wrapper may sit on it now
+            if patch.owner is owner and patch.name == name and patch.active:
+                return patch
         patch = wrap(owner, name, wrapper)
         if patch not in self._patches:
             self._patches.append(patch)

@@ -141,16 +141,18 @@ def install(policy: str | None, source: str) -> bool:
             for module in target.triggers:
                 # wrapt fires the hook at once if the module is already imported
                 wrapt.register_post_import_hook(hook, module)
+        # the pick rule's wrappers go on before the decision recorder's, which sit outside
+        # them and record what the rule kept (``_patching.PatchSet``); uninstall goes back
+        _inductor_pick.register()
         _decisions.register()
         _autotuner.register()
-        _inductor_pick.register()
         return True
     for target in TARGETS:
         if any(module in sys.modules for module in target.triggers):
             apply(target)
+    _inductor_pick.apply()
     _decisions.apply()
     _autotuner.apply()
-    _inductor_pick.apply()
     if "multiprocessing.process" in sys.modules:
         _children.apply()
     return True

@@ -70,3 +70,50 @@ def test_stable_picks_one_config_in_fresh_processes_and_keeps_it_within_its_band
         print(f"band {rule['band']:.2%} noise {rule['noise']} candidates {len(rule['candidates'])}")
     fastest_lines = [json.loads(line) for line in (tmp_path / "fastest.jsonl").read_text().splitlines()]
     assert all("pick" not in d for d in fastest_lines)  # the autotuner's own rule records no band
+
+
+# A decode step's one-row linear and its activation under max-autotune: on torch 2.11 the
+# one-row GEMM lowers to a generated reduction, whose configs CachingAutotuner times and
+# coordinate descent walks on from.
+INDUCTOR_JOB = """
+import json, torch, torch.nn.functional as F
+import cleanflush
+
+torch.manual_seed(0)
+x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(14336, 4096, device="cuda", dtype=torch.bfloat16) / 64
+step = torch.compile(lambda x, w: F.silu(F.linear(x, w)), mode="max-autotune-no-cudagraphs")
+torch.testing.assert_close(step(x, w), F.silu(F.linear(x, w)), rtol=2e-2, atol=2e-2)
+print(json.dumps({"rule": cleanflush.current_pick()}))
+"""
+
+
+def test_inductors_kernel_configs_and_their_descent_are_under_the_rule_in_fresh_processes(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(INDUCTOR_JOB)
+    lines = {}
+    for run, rule in enumerate(("fastest", "stable", "stable")):
+        decisions = tmp_path / f"{run}.jsonl"
+        env = {**environ_without_cleanflush(), "CLEANFLUSH": "1", "CLEANFLUSH_PICK": rule}
+        env.update(CLEANFLUSH_DECISIONS=str(decisions), TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+        env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"inductor{run}"), TRITON_CACHE_DIR=str(tmp_path / f"t{run}"))
+        child = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, env=env, timeout=400)
+        assert child.returncode == 0, child.stderr[-3000:]
+        assert json.loads(child.stdout.strip().splitlines()[-1])["rule"] == rule
+        lines[run] = [json.loads(line) for line in decisions.read_text().splitlines()]
+    kernels = [d for d in lines[1] + lines[2] if d["kind"] == "inductor-kernel"]
+    assert kernels and all(d["rule"] == "stable" for d in kernels)
+    assert all("pick" not in d for d in lines[0])  # fastest: Inductor's own rule, no band
+    for d in kernels:
+        if len(d["timings_ms"]) > 1 and "pick" in d:
+            rule = d["pick"]
+            assert d["winner"] in rule["candidates"] and rule["band"] >= rule["floor"]
+            print(f"\n{d['op']} {d['key']}: kept {d['winner']!r}, fastest {rule['fastest']!r}, band {rule['band']:.2%}")
+    assert any("pick" in d for d in kernels), "no kernel decision reached the rule"
+    descents = {
+        r: {(d["op"], d["key"]): d["winner"] for d in found if d["kind"] == "inductor-coordesc"}
+        for r, found in lines.items()
+    }
+    assert descents[1] and descents[1].keys() == descents[2].keys()
+    alike = sum(descents[1][k] == descents[2][k] for k in descents[1])
+    print(f"coordinate descent: the two stable runs kept the same config in {alike} of {len(descents[1])}")

@@ -60,8 +60,8 @@ def format_pick_report(result: Result) -> str:
         f"{result['runs']} run(s) each, interleaved, fresh caches per run",
         "",
         f"autotuning decisions matched in both: {len(picks['decisions'])}; with the stable rule applied: "
-        f"{sum(bool(d['bands']) for d in picks['decisions'])} (Triton @autotune, Inductor's algorithm selection; "
-        "Inductor's kernel configs keep their own pick)",
+        f"{sum(bool(d['bands']) for d in picks['decisions'])} (Triton @autotune, Inductor's algorithm selection "
+        "and kernel configs; Inductor's coordinate descent steps only beyond the floor)",
     ]
     for side, a in picks["agreement"].items():
         lines.append(
@@ -125,7 +125,8 @@ def _header(result: Result) -> list[str]:
         "",
         f"autotuning decisions matched in both: {len(cmp['decisions'])} "
         f"(Triton autotuner {kinds.get('triton', 0)}, Inductor max-autotune {kinds.get('inductor', 0)}, "
-        f"Inductor kernel configs {kinds.get('inductor-kernel', 0)}); priced independently: {priced}",
+        f"Inductor kernel configs {kinds.get('inductor-kernel', 0)}, "
+        f"their coordinate descent {kinds.get('inductor-coordesc', 0)}); priced independently: {priced}",
     ]
 
 

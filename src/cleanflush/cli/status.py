@@ -88,8 +88,9 @@ def pick_rule_says(value: str | None) -> str:
     if rule == _pick.FASTEST:
         return f"{_env.PICK_VAR}={value}: autotuners keep their own pick"
     return (
-        f"{_env.PICK_VAR}={value}: Triton @autotune kernels and Inductor's algorithm selection keep the first "
-        "config, in their own order, within the band of the fastest (Inductor's kernel configs keep their own pick)"
+        f"{_env.PICK_VAR}={value}: Triton @autotune kernels and Inductor's algorithm selection and kernel configs "
+        "keep the first config, in their own order, within the band of the fastest (Inductor's coordinate "
+        "descent steps only beyond the floor)"
     )
 
 
