@@ -8,7 +8,10 @@ band's floor, how much one config's time moves between fresh processes: for ever
 within 5% of a decision's fastest, the spread of the time each fastest run's autotuner
 measured for it (max / min - 1), and of that time over its run's fastest (max - min).
 
-    python -m benchmarks.pick [OUT_DIR [JOB ...]]      (needs a GPU and each job's library)
+    python -m benchmarks.pick [--runs N] [OUT_DIR [JOB ...]]      (needs a GPU and each job's library)
+
+``--runs`` (default 4) is for a job whose runs take longer than one sitting allows (the Llama
+decode compiles for a minute a run); each entry records its own.
 
 The record (OUT_DIR/pick.json) keeps the jobs of an earlier call that this one did not run;
 with ``CLEANFLUSH_PICK_FLOOR`` set, a job's entry is named with that floor.
@@ -118,18 +121,22 @@ def _quantiles(spreads: list[float]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
+    runs = RUNS
+    if args[:1] == ["--runs"]:
+        runs, args = int(args[1]), args[2:]
     out = Path(args[0]) if args else RESULTS / "h200"
     jobs = args[1:] or JOBS
     out.mkdir(parents=True, exist_ok=True)
     path = out / "pick.json"
     record: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"study": "pick", "jobs": {}}
-    record.update(runs=RUNS, machine=machine())
+    record.update(machine=machine())
     work = tempfile.mkdtemp(prefix="cleanflush-pick-")
     floor = os.environ.get("CLEANFLUSH_PICK_FLOOR")  # the stable runs' floor, where not the default
     for job in jobs:  # written after each job: a cut-off run keeps what it finished
         name = f"{job} floor {floor}%" if floor else job
         progress(f"pick: {name}")
-        record["jobs"][name] = {"date": record["machine"]["date"], "rule": rule(floor), **run_job(job, work)}
+        entry = {"date": record["machine"]["date"], "runs": runs, "rule": rule(floor)}
+        record["jobs"][name] = {**entry, **run_job(job, work, runs)}
         print("\n".join(record["jobs"][name]["report"][-30:]), flush=True)
         path.write_text(json.dumps(record, indent=1) + "\n")
     return 0

@@ -183,16 +183,17 @@ def pick_table(folder: Path) -> str:
     """The pick study: each rule's agreement, the stable picks' price and wall time, per job."""
     record = _record("pick", folder)
     lines = [
-        "| job | decisions | alike in 4 of 4: fastest | stable | by price: fastest | stable | "
+        "| job | runs a rule | decisions | alike in every run: fastest | stable | by price: fastest | stable | "
         "stable / fastest, job, by price | wall time a run, stable / fastest | rule |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, job in record["jobs"].items():
         a, total, walls = job["agreement"], job["total"], job["wall_s"]
         wall = _median(walls["stable"]) / _median(walls["fastest"])
         ratio = f"{total['ratio']:.4f}" if total["ratio"] is not None else "-"
         lines.append(
-            f"| {name} | {a['fastest']['made_in_every_run']} | {a['fastest']['agree']} | {a['stable']['agree']} | "
+            f"| {name} | {job.get('runs', record.get('runs'))} | {a['fastest']['made_in_every_run']} | "
+            f"{a['fastest']['agree']} | {a['stable']['agree']} | "
             f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | {wall:.3f} | "
             f"{_rule_version(job.get('rule'))} |"
         )
@@ -200,7 +201,7 @@ def pick_table(folder: Path) -> str:
     spread = ", ".join(f"{s['median']:.1%} (p90 {s['p90']:.1%})" for s in spreads)
     caption = (
         f"(`pick` study of {_date(record)}, benchmarks/results/h200/pick.json: `cleanflush ab --compare pick "
-        f"--runs {record['runs']}` on each job, under write-read. Between fresh processes, a config within 5% of the "
+        f"--runs N` on each job, under write-read. Between fresh processes, a config within 5% of the "
         f"fastest moved against its run's fastest by a median of {spread} per job.)"
     )
     return "\n".join(lines) + "\n\n" + _prose(caption)
