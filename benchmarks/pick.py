@@ -20,6 +20,7 @@ with ``CLEANFLUSH_PICK_FLOOR`` set, a job's entry is named with that floor.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -114,7 +115,7 @@ def _quantiles(spreads: list[float]) -> dict[str, Any]:
     return {
         "configs": len(spreads),
         "median": statistics.median(spreads),
-        "p90": spreads[int(0.9 * (len(spreads) - 1))],
+        "p90": spreads[math.ceil(0.9 * len(spreads)) - 1],  # nearest rank: never under the median
         "max": spreads[-1],
     }
 

@@ -198,7 +198,7 @@ def pick_table(folder: Path) -> str:
             f"{_rule_version(job.get('rule'))} |"
         )
     spreads = [j["spread"]["over_fastest"] for j in record["jobs"].values() if j["spread"]["over_fastest"]["configs"]]
-    spread = ", ".join(f"{s['median']:.1%} (p90 {s['p90']:.1%})" for s in spreads)
+    spread = ", ".join(f"{s['median']:.1%} (p90 {s['p90']:.1%}, {s['configs']} configs)" for s in spreads)
     caption = (
         f"(`pick` study of {_date(record)}, benchmarks/results/h200/pick.json: `cleanflush ab --compare pick "
         f"--runs N` on each job, under write-read. Between fresh processes, a config within 5% of the "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import autotune, common, methods, plots, quoted, writeback
+from benchmarks import autotune, common, methods, pick, plots, quoted, writeback
 
 from .triton_layout import skip_unless_the_interpreter_runs_our_kernels
 
@@ -255,3 +255,10 @@ def test_a_pick_study_row_says_whether_it_measured_the_rule_as_documented(monkey
     assert quoted._rule_version({**current, "most_timed_again": 5}) == "an earlier version"
     monkeypatch.setattr(_pick, "ROUNDS", _pick.ROUNDS + 1)  # the rule changed after the entry ran
     assert quoted._rule_version(current) == "an earlier version"
+
+
+def test_the_pick_studys_p90_is_the_nearest_rank_and_never_under_the_median():
+    assert pick._quantiles([0.3, 0.1]) == {"configs": 2, "median": 0.2, "p90": 0.3, "max": 0.3}
+    ten = pick._quantiles([i / 100 for i in range(1, 11)])
+    assert (ten["median"], ten["p90"], ten["max"]) == (0.055, 0.09, 0.1)
+    assert pick._quantiles([]) == {"configs": 0}
