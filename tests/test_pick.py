@@ -676,7 +676,8 @@ def test_a_kernel_decision_line_carries_what_the_stable_rule_kept(tmp_path, monk
     cleanflush.uninstall()
     assert not list(_decisions._patching.patch_set(_decisions.NAME))
     for name in ("benchmark_all_configs", "_close_static_launcher", "coordinate_descent_tuning"):
-        assert type(vars(heuristics.CachingAutotuner)[name]).__name__ in ("function", "staticmethod"), name
+        stock = vars(heuristics.CachingAutotuner).get(name)  # torch 2.11 has no _close_static_launcher
+        assert stock is None or type(stock).__name__ in ("function", "staticmethod"), name
 
 
 def descent(timings, rule):
