@@ -76,7 +76,7 @@ def _autotune(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[s
 
     def time_again(choice: Any) -> float:
         inputs = (call["input_nodes"], call["layout"], call["input_gen_fns"])
-        return _finite(instance.benchmark([choice], *inputs, **hint).get(choice, math.inf), choice)
+        return _pick.ran(instance.benchmark([choice], *inputs, **hint).get(choice, math.inf), choice)
 
     return _keep(timings, call["choices"], time_again, call["name"])
 
@@ -96,7 +96,7 @@ def _benchmark_all_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], k
         if isinstance(timings, dict) and len(timings) > 1:
 
             def time_again(launcher: Any) -> float:
-                return _finite(instance.bench(launcher, *args, **kwargs), getattr(launcher, "config", launcher))
+                return _pick.ran(instance.bench(launcher, *args, **kwargs), getattr(launcher, "config", launcher))
 
             name = (getattr(instance, "inductor_meta", None) or {}).get("kernel_name", "an Inductor kernel")
             kept = _keep(timings, order, time_again, str(name))
@@ -123,13 +123,6 @@ def _has_improvement(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
         return better
     baseline, test = args
     return test < baseline * (1 - _pick.floor())
-
-
-def _finite(ms: Any, what: Any) -> float:
-    again = float(ms)
-    if not math.isfinite(again):
-        raise RuntimeError(f"{what} failed when timed again")
-    return again
 
 
 def _keep(timings: dict[Any, Any], order: list[Any], time_again: Any, name: str) -> dict[Any, Any]:

@@ -115,6 +115,15 @@ def finite(timings: dict[C, float]) -> dict[C, float]:
     return {c: t for c, t in timings.items() if isinstance(t, (int, float)) and math.isfinite(t)}
 
 
+def ran(ms: Any, config: object) -> float:
+    """A timing again of ``config``, which must have run: an autotuner times a failure as inf
+    (or NaN), and the rule then keeps the autotuner's own pick (a RuntimeError)."""
+    again = float(ms)
+    if not math.isfinite(again):
+        raise RuntimeError(f"{config} failed when timed again")
+    return again
+
+
 def stable(
     order: Sequence[C], timings: dict[C, float], time_again: Callable[[C], float], floor: float, rounds: int = ROUNDS
 ) -> Picked:
