@@ -37,15 +37,13 @@ if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strin
 import wrapt
 
 from . import _calls, _env, _inductor_pick, _patching
-from ._autotuner import WRAPPED, TunerCache, cache_of, ms, op_name
+from ._autotuner import AUTOTUNER, WRAPPED, TunerCache, cache_of, ms, op_name
+from ._inductor_pick import HEURISTICS, SELECT
 from ._pick import Picked, current_pick
 from ._policy import current_policy
 from ._state import warn_once
 
 NAME = "decisions"  # its patches' key in STATE; not a flush target, so not in the registry
-AUTOTUNER = "triton.runtime.autotuner"
-SELECT = "torch._inductor.select_algorithm"
-HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 HOOKS = (AUTOTUNER, SELECT, HEURISTICS)
 
 
