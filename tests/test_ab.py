@@ -974,7 +974,7 @@ def programs_of(tmp_path, at_import):
 def test_the_end_to_end_timing_keeps_what_programs_print_off_the_reports_stdout(tmp_path, capfd):
     folders = programs_of(tmp_path, "print('a program says')")
     record = _ab._time_programs(
-        environ_without_cleanflush(), str(tmp_path), folders, _ab.Side("write-read", "write-read")
+        environ_without_cleanflush(), str(tmp_path), folders, _ab.sides_of(_ab.FLUSH, "write-read")
     )
     assert len(record["graphs"]) == 1 and record["problems"] == []
     assert "a program says" not in capfd.readouterr().out
@@ -983,6 +983,6 @@ def test_the_end_to_end_timing_keeps_what_programs_print_off_the_reports_stdout(
 def test_a_timing_process_that_dies_saying_bytes_that_are_no_text_is_named(tmp_path):
     folders = programs_of(tmp_path, "os.write(2, b'died \\xff here\\n'); os._exit(3)")
     record = _ab._time_programs(
-        environ_without_cleanflush(), str(tmp_path), folders, _ab.Side("write-read", "write-read")
+        environ_without_cleanflush(), str(tmp_path), folders, _ab.sides_of(_ab.FLUSH, "write-read")
     )
     assert record == {"graphs": [], "problems": ["the timing process failed (exit 3): died \ufffd here"]}

@@ -6,6 +6,7 @@ import random
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,7 @@ def test_identical_programs_are_called_different_as_rarely_as_the_docstring_says
 # `benchmark_compiled_module` entry); this stand-in sleeps instead of computing.
 PROGRAM = """
 import time
+from pathlib import Path
 import torch
 
 def call(args):
@@ -453,3 +455,84 @@ def test_each_sample_is_as_many_calls_as_fill_the_sample_time_and_at_most_ten_th
     fast = _Program(0)
     programs._time_graph([{"module": fast, "cuda": False}], reps=1, sample_s=0.05)
     assert fast.calls == 6 + 10_000
+
+
+# A program whose kernels' configs come out slower when its first call tunes them under the
+# autotuners' own pick: the rule in force at that call decides its speed from then on.
+RULE_PROGRAM = """
+import time
+from pathlib import Path
+import torch
+import cleanflush
+
+SECONDS = []
+
+def call(args):
+    x, = args
+    args.clear()
+    if not SECONDS:  # the first call tunes
+        SECONDS.append(0.003 if cleanflush.current_pick() == "fastest" else 0.001)
+        with open(__file__ + ".tuned", "w") as f:
+            f.write(cleanflush.current_policy() + " " + cleanflush.current_pick())
+    time.sleep(SECONDS[0])
+    return (x,)
+
+def get_args():
+    return [torch.zeros((4, 4))]
+
+def benchmark_compiled_module(args, times=10, repeat=10):
+    pass
+"""
+
+
+def test_each_program_tunes_under_its_runs_flush_and_pick_rule(tmp_path):
+    runs = []
+    for i, rule in enumerate(("fastest", "stable", "fastest", "stable")):
+        path = tmp_path / f"{rule}{i}.py"
+        path.write_text(RULE_PROGRAM)
+        runs.append({"side": rule, "paths": [str(path)], "policy": "read", "pick": rule})
+    record = programs.time_programs(runs, reps=5, sample_s=0.004)
+    [graph] = record["graphs"]
+    # the fastest side's programs tuned under `fastest` and run slower; under one rule they would not
+    assert graph["verdict"] == "slower" and 2.0 < graph["ratio"]["median"] < 3.5, graph
+    for run in runs:  # each tuned under its run's flush and rule
+        assert Path(run["paths"][0] + ".tuned").read_text() == f"read {run['pick']}"
+    for run in runs:  # a run of the flush compare: its label is its flush, and the rule is the autotuners' own
+        del run["pick"], run["policy"]
+        run["side"] = "write-read"
+    runs[0]["side"] = runs[2]["side"] = "write"
+    assert programs.time_programs(runs, reps=3, sample_s=0.004)["graphs"][0]["verdict"] == "within noise"
+
+
+# A job that leaves one compiled program in its Inductor cache folder, as the rule-dependent
+# program above: the end-to-end timing of `--compare pick`.
+PICK_JOB = """
+import os, pathlib, sys
+folder = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"], "tmpab", "xy")
+folder.mkdir(parents=True, exist_ok=True)
+(folder / "cxy.py").write_text(sys.argv[1])
+"""
+
+
+def test_ab_compare_pick_times_the_programs_tuned_under_each_rule_end_to_end(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(PICK_JOB)
+    out = tmp_path / "ab.json"
+    child = run_python(
+        "import sys\nfrom cleanflush.__main__ import main\n"
+        f"sys.exit(main(['ab', '--compare', 'pick', '--json', {str(out)!r}, '--', sys.executable, {str(job)!r}, "
+        f"{RULE_PROGRAM!r}]))"
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    record = json.loads(out.read_text())
+    [graph] = record["end_to_end"]["graphs"]
+    assert record["end_to_end"]["sides"] == ["fastest", "stable"] and graph["verdict"] == "slower"
+    report = child.stdout.splitlines()
+    head = report.index(
+        "end to end: the programs tuned under the stable rule against those tuned under the autotuners' own pick "
+        "(each program tunes again in one process, then all are timed together, no flush between calls)"
+    )
+    total = report[head + 2]  # stable over fastest: about a third
+    assert total.startswith("  in total: -6") and total.endswith(
+        "faster, beyond the noise (programs tuned under the same rule differ by up to " + total.rsplit(" ", 1)[-1]
+    ), total

@@ -164,18 +164,27 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-def _time_programs(base: dict[str, str], work: str, runs_in: list[tuple[str, str]], side: Side) -> EndToEnd | None:
+def _time_programs(
+    base: dict[str, str], work: str, runs_in: list[tuple[str, str]], sides: tuple[Side, Side]
+) -> EndToEnd | None:
     """The end-to-end timing of the programs the runs compiled (``_ab.programs``), in a
-    process of its own; None when no run compiled one."""
+    process of its own, each program tuned under its run's side; None when no run compiled one."""
     unreadable: list[str] = []
+    by_label = {side.label: side for side in sides}
     runs = [
-        ProgramRun(side=side, paths=_ab_programs.find(os.path.join(f, "inductor"), unreadable)) for side, f in runs_in
+        ProgramRun(
+            side=label,
+            paths=_ab_programs.find(os.path.join(f, "inductor"), unreadable),
+            policy=by_label[label].policy,
+            pick=by_label[label].pick,
+        )
+        for label, f in runs_in
     ]
     if not any(r["paths"] for r in runs):
         return None
     print("cleanflush ab: timing the programs every run compiled, end to end", file=sys.stderr, flush=True)
     folder = folders.fresh(os.path.join(work, "end-to-end"))
-    env = {k: v for k, v in run_env(base, side, folder).items() if k != DECISIONS_VAR}
+    env = {k: v for k, v in run_env(base, sides[1], folder).items() if k != DECISIONS_VAR}
     spec, out = os.path.join(folder, "spec.json"), os.path.join(folder, "timing.json")
     with open(spec, "w", encoding="utf-8") as f:
         json.dump({"runs": runs}, f)
@@ -254,7 +263,7 @@ def run(
             _say_progress(index, len(plan), side.label, started)
             _one_run(command, base, os.path.join(work, folders.run_folder(index, labels)), side, job_stdout, done)
         prices = _price(base, work, done)
-        end_to_end = _time_programs(base, work, done.folders, sides[1]) if compared == FLUSH else None
+        end_to_end = _time_programs(base, work, done.folders, sides)
     except KeyboardInterrupt as stop:  # subprocess.run has killed the job: report the runs that finished
         interrupted, signal_number = True, getattr(stop, "signal_number", signal.SIGINT)
         print("cleanflush ab: interrupted; the report covers the runs that finished", file=sys.stderr)

@@ -5,7 +5,7 @@ private cache folder, and the module carries its own benchmark entry: ``get_args
 inputs of the graph's shapes, ``call(args)`` runs the program.  ``time_programs`` loads the
 programs of every run, matches a graph across runs by its inputs (shapes, strides, dtypes,
 in the order compiled), lets each program tune its kernels' configs on its first call under
-its run's flush (as the job itself did), then times all of them interleaved: back-to-back
+its run's flush and pick rule (as the job itself did), then times all of them interleaved: back-to-back
 calls with no flush between them, measured by CUDA events (the host clock without a GPU).
 The timer shares no code with the flush under test.
 
@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from .._pick import FASTEST
 from .._stats import quartiles
 from .records import EndToEnd, Graph, Loaded, ProgramRun, RatioSummary, Summary
 
@@ -109,8 +110,9 @@ class _Clock:
 
 
 def time_programs(runs: list[ProgramRun], reps: int = REPS, sample_s: float = SAMPLE_S) -> EndToEnd:
-    """Time every graph that every run compiled; ``runs``: [{"side", "paths"}], a side being
-    the policy its run tuned under, the stock side first.
+    """Time every graph that every run compiled; ``runs``: [{"side", "paths", "policy",
+    "pick"}], a side being the label of the flush or pick rule its runs tuned under, the stock
+    (or ``fastest``) side first.
 
     Per graph and repetition, a side's time is the median over its runs' programs; the
     stock/clean ratio is summarised over the repetitions (q1, median, q3).  ``same_side``
@@ -153,7 +155,7 @@ def time_programs(runs: list[ProgramRun], reps: int = REPS, sample_s: float = SA
 
 def _load_programs(runs: list[ProgramRun], problems: list[str]) -> dict[str, list[Loaded]]:
     """graph (its inputs, and which of the run's graphs with them) -> its program in each run,
-    each tuned by one call under its run's flush; what cannot load is named in ``problems``."""
+    each tuned by one call under its run's flush and rule; what cannot load is named in ``problems``."""
     import cleanflush
 
     programs: dict[str, list[Loaded]] = {}
@@ -167,7 +169,8 @@ def _load_programs(runs: list[ProgramRun], problems: list[str]) -> dict[str, lis
                 module = _load(path, sum(map(len, programs.values())))
                 args = list(module.get_args())
                 signature = _signature(args)
-                with cleanflush.policy(run["side"]):  # the first call tunes its kernels' configs
+                # the first call tunes its kernels' configs, under the run's flush and rule
+                with cleanflush.policy(run.get("policy", run["side"])), cleanflush.pick(run.get("pick", FASTEST)):
                     module.call(list(args))
             except Exception as exc:  # a program that cannot load, make its inputs or run is left out, named
                 problems.append(f"{path}: cannot be timed ({type(exc).__name__}: {exc})"[:300])

@@ -227,8 +227,10 @@ class Result(TypedDict):
 class ProgramRun(TypedDict):
     """One run's compiled programs, for the end-to-end timing."""
 
-    side: str  # the policy it tuned under
+    side: str  # its side's label
     paths: list[str]
+    policy: NotRequired[str]  # the flush it tuned under (absent: the label)
+    pick: NotRequired[str]  # the pick rule it tuned under (absent: the autotuners' own)
 
 
 class Loaded(TypedDict):

@@ -7,6 +7,7 @@ import signal
 import statistics
 from collections import Counter
 
+from .._pick import FASTEST, STABLE
 from .._policies import STOCK_POLICY
 from . import programs as _ab_programs
 from .compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE, beyond
@@ -74,6 +75,8 @@ def format_pick_report(result: Result) -> str:
     for d in differed:
         lines += [f"  {short(d['op'], 60)} {short(d['key'], 50)}", *_pick_decision_lines(d)]
     lines += _pick_total_lines(picks)
+    if "end_to_end" in result and not result["interrupted"]:
+        lines += _pick_end_to_end_lines(result["end_to_end"])
     return "\n".join(lines + _ending_lines(result))
 
 
@@ -247,29 +250,48 @@ def _end_to_end_lines(e2e: EndToEnd | None, policy: str, decisions: list[Decisio
         if decisions:
             return ["end to end: no run compiled an Inductor program (the decisions above are judged as shown)"]
         return ["end to end: no run compiled an Inductor program, and no run recorded an autotuning decision"]
+    head = (
+        f"end to end: the programs tuned under the stock flush against those tuned under {policy} "
+        "(timed together, no flush between calls)"
+    )
+    return [head, *_program_lines(e2e, (STOCK_POLICY, policy), "flush")]
+
+
+def _pick_end_to_end_lines(e2e: EndToEnd | None) -> list[str]:
+    if e2e is None:
+        return ["end to end: no run compiled an Inductor program"]
+    head = (
+        "end to end: the programs tuned under the stable rule against those tuned under the autotuners' own pick "
+        "(each program tunes again in one process, then all are timed together, no flush between calls)"
+    )
+    return [head, *_program_lines(e2e, (STABLE, FASTEST), "rule")]
+
+
+def _program_lines(e2e: EndToEnd, over: tuple[str, str], under: str) -> list[str]:
+    """A line per graph and the total: side ``over[0]``'s programs over side ``over[1]``'s
+    (the record keeps its first side over its second), and whether that is beyond the noise."""
+    inverted = list(e2e.get("sides", over)) != list(over)
     lines = []
     named: list[tuple[str, Summary]] = [(g["name"], g) for g in e2e["graphs"]]
     if "total" in e2e:
         named.append(("in total", e2e["total"]))
     for name, g in named:
         r, noise = g["ratio"], [v for v in g["same_side"].values() if v is not None]
+        median, q1, q3 = (1 / r["median"], 1 / r["q3"], 1 / r["q1"]) if inverted else (r["median"], r["q1"], r["q3"])
+        slower, faster = ("faster", "slower") if inverted else ("slower", "faster")
         judged = {
-            _ab_programs.SLOWER: "slower, beyond the noise",
-            _ab_programs.FASTER: "faster, beyond the noise",
+            _ab_programs.SLOWER: f"{slower}, beyond the noise",
+            _ab_programs.FASTER: f"{faster}, beyond the noise",
             _ab_programs.WITHIN_NOISE: "within the noise",
             _ab_programs.UNKNOWN: "one run a side: the noise is unknown",
         }[g["verdict"]]
         if noise:
-            judged += f" (programs tuned under the same flush differ by up to {max(noise):.1%})"
+            judged += f" (programs tuned under the same {under} differ by up to {max(noise):.1%})"
         lines.append(
-            f"  {name}: {r['median'] - 1:+.1%} (q1 {r['q1'] - 1:+.1%}, q3 {r['q3'] - 1:+.1%}), "
-            f"{g['ms'][STOCK_POLICY]:.3f} ms against {g['ms'][policy]:.3f} ms: {judged}"
+            f"  {name}: {median - 1:+.1%} (q1 {q1 - 1:+.1%}, q3 {q3 - 1:+.1%}), "
+            f"{g['ms'][over[0]]:.3f} ms against {g['ms'][over[1]]:.3f} ms: {judged}"
         )
-    head = (
-        f"end to end: the programs tuned under the stock flush against those tuned under {policy} "
-        "(timed together, no flush between calls)"
-    )
-    return [head, *lines, *(f"  {p}" for p in e2e["problems"])]
+    return lines + [f"  {p}" for p in e2e["problems"]]
 
 
 def shown(command: list[str]) -> str:
