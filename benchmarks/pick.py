@@ -15,6 +15,13 @@ decode compiles for a minute a run); each entry records its own.
 
 The record (OUT_DIR/pick.json) keeps the jobs of an earlier call that this one did not run;
 with ``CLEANFLUSH_PICK_FLOOR`` set, a job's entry is named with that floor.
+
+Each decision also keeps what says why its picks moved: each fastest run's sweep (every config
+within ``SWEPT`` of its run's fastest, as a ratio to it, in the autotuner's order), each stable
+run's ``pick`` line; ``why`` says, from those, why a decision's stable picks moved.  From
+the sweeps, ``replays`` applies other rules to the same measurements (``REPLAYS``): how often
+each would have picked alike, and at what cost by the autotuners' own timings averaged over the
+runs (not the independent price), with no GPU.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +45,10 @@ from .common import RESULTS, machine, progress
 JOBS = ("gemlite_decode", "liger_swiglu", "fla_gdn", "llama_decode")
 RUNS = 4
 NEAR = 0.05  # the configs whose spread between processes the band must cover: this close to the fastest
+SWEPT = 0.10  # a sweep keeps the configs this close to its fastest: every replayed rule looks no further
+GAP_WINDOW = 0.05  # the largest-gap replay cuts among the configs this close to the fastest
+Key = tuple[str, str, str]
+Runs = dict[str, list[dict[Key, dict[str, Any]]]]  # each rule's runs, in order: each decision's line
 
 
 def rule(floor: str | None) -> dict[str, Any]:
@@ -62,11 +74,205 @@ def run_job(job: str, work: str, runs: int = RUNS) -> dict[str, Any]:
         agreement=picks["agreement"],
         total=picks["total"],
         wall_s=picks["wall_s"],
-        decisions=[_decision(d) for d in picks["decisions"]],
+        decisions=_with_runs([_decision(d) for d in picks["decisions"]], _runs(keep)),
         spread=_spread(keep),
         pricing_s=result["pricing_s"],
+        end_to_end=_end_to_end(result.get("end_to_end")),
     )
     return found
+
+
+def _end_to_end(timed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the record keeps of ab's end-to-end timing: the whole job's summary, without samples."""
+    if not timed:
+        return None
+    total = {k: v for k, v in (timed.get("total") or {}).items() if k != "program_samples"}
+    return {"graphs": len(timed["graphs"]), "problems": timed["problems"], "total": total or None}
+
+
+def _runs(keep: str) -> Runs:
+    """Each rule's runs in the order they ran: per run, each decision's first line with a pick
+    (as ``cleanflush ab`` counts them)."""
+    found: Runs = {"fastest": [], "stable": []}
+    named = [n for n in os.listdir(keep) if re.fullmatch(r"run\d+-(fastest|stable)", n)]
+    for name in sorted(named, key=lambda n: int(n[3:].split("-")[0])):
+        path = os.path.join(keep, name, "decisions.jsonl")
+        if not os.path.exists(path):
+            continue
+        run: dict[Key, dict[str, Any]] = {}
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                d = json.loads(line) if line.strip() else {}
+                if d.get("kind", "calls") != "calls" and d.get("winner") is not None:
+                    run.setdefault((d["kind"], d["op"], d["key"]), d)
+        found[name.split("-", 1)[1]].append(run)
+    return found
+
+
+def _with_runs(decisions: list[dict[str, Any]], runs: Runs) -> list[dict[str, Any]]:
+    """The decisions with each fastest run's sweep and each stable run's pick line."""
+    for d in decisions:
+        key = (d["kind"], d["op"], d["key"])
+        if d["kind"] != "inductor-coordesc":  # a walk's timings are its path, not a sweep to replay
+            timed = [run[key]["timings_ms"] for run in runs["fastest"] if run.get(key, {}).get("timings_ms")]
+            d["sweeps"] = [sweep(timings) for timings in timed]
+        d["stable_picks"] = [run[key].get("pick") for run in runs["stable"] if key in run]
+    return decisions
+
+
+def why(decisions: list[dict[str, Any]]) -> dict[Key, list[str]]:
+    """Each decision whose stable runs kept different configs, with why (``moved``), from a job's
+    recorded decisions; a coordinate descent walk's start is its kernel's stable pick."""
+    kernels = {(d["op"], d["key"]): d["stable_winners"] for d in decisions if d["kind"] == "inductor-kernel"}
+    found = {}
+    for d in decisions:
+        if len(set(d["stable_winners"])) > 1 and "stable_picks" in d:
+            start = kernels.get((d["op"], d["key"]), []) if d["kind"] == "inductor-coordesc" else None
+            found[(d["kind"], d["op"], d["key"])] = moved(d["stable_winners"], d["stable_picks"], start)
+    return found
+
+
+def sweep(timings: dict[str, Any]) -> dict[str, float]:
+    """A run's sweep as each config's time over its fastest, the configs within ``SWEPT`` of it,
+    in the autotuner's order (failures left out)."""
+    ran = {c: float(t) for c, t in timings.items() if isinstance(t, (int, float)) and 0 < t < float("inf")}
+    if not ran:
+        return {}
+    best = min(ran.values())
+    return {c: round(t / best, 6) for c, t in ran.items() if t <= best * (1 + SWEPT)}
+
+
+def moved(winners: list[str], picks: list[dict[str, Any] | None], start: list[str] | None = None) -> list[str]:
+    """Why one decision's stable runs kept different configs, a line per cause, from what each
+    run's rule found (``pick`` lines, in run order) or, for a coordinate descent walk, from
+    where each walk started (``start``: the kernel's stable picks, in run order)."""
+    if start is not None:
+        return _walks_moved(winners, start)
+    if any(p is None for p in picks) or len(picks) != len(winners):
+        return ["some stable runs made no stable pick here (the rule did not reach the decision)"]
+    found = []
+    ruled = []
+    for run, p in enumerate(picks, 1):
+        assert p is not None
+        if p["too_noisy"]:
+            found.append(
+                f"run {run}: the rounds' noise was {p['noise']:.1%}, over twice the {p['floor']:.0%} floor, "
+                "so the autotuner's own pick stood"
+            )
+        else:
+            ruled.append((run, p))
+            if p["band"] > p["floor"]:
+                found.append(f"run {run}: the rounds' noise widened the band to {p['band']:.1%}")
+    configs = list(dict.fromkeys(c for _, p in ruled for c in p["candidates"]))  # first seen first
+    for config in configs:
+        inside = [run for run, p in ruled if config in p["candidates"]]
+        if len(inside) == len(ruled):
+            continue
+        outside = [run for run, _ in ruled if run not in inside]
+        over = ", ".join(_over_best(p, config) for _, p in ruled)
+        found.append(
+            f"{config}: within the band in run {_runs_text(inside)}, outside it in run {_runs_text(outside)} "
+            f"(by run: {over})"
+        )
+    return found or ["the same configs were within the band in every run, in another order of first (a pruner's)"]
+
+
+def _walks_moved(winners: list[str], start: list[str]) -> list[str]:
+    if len(start) != len(winners):
+        return ["the kernel's own decision was not recorded in every stable run: where each walk started is not known"]
+    starts: dict[str, list[int]] = {}
+    for run, config in enumerate(start, 1):
+        starts.setdefault(config, []).append(run)
+    found = []
+    if len(starts) > 1:
+        found.append(f"the walks started from {len(starts)} different configs (the kernel's stable pick moved)")
+    for runs in starts.values():
+        ends = {winners[run - 1] for run in runs if run <= len(winners)}
+        if len(ends) > 1:
+            found.append(
+                f"runs {_runs_text(runs)} started alike and ended at {len(ends)} configs: a step needs more than "
+                "the floor in one timing of each neighbour, and some steps were within the runs' noise"
+            )
+    return found
+
+
+def _over_best(pick: dict[str, Any], config: str) -> str:
+    """Where ``config`` stood in one run: over the best timed again, or why it was not timed again."""
+    timed = pick.get("timed_again") or {}
+    if config in timed:
+        return f"{timed[config] / min(timed.values()) - 1:+.1%}"
+    if timed:
+        return "not timed again"
+    if config == pick["fastest"]:
+        return "alone within the window"
+    return f"over {_pick.WINDOW * pick['floor']:.0%} in the sweep"  # the window held only the fastest
+
+
+def _runs_text(runs: list[int]) -> str:
+    return ", ".join(str(r) for r in runs)
+
+
+def _first_within(within: float) -> Any:
+    def rule(swept: dict[str, float]) -> str:
+        return next(c for c, r in swept.items() if r <= 1 + within)
+
+    return rule
+
+
+def _fastest(swept: dict[str, float]) -> str:
+    return min(swept, key=swept.__getitem__)  # the first of equal times, as the autotuners' min()
+
+
+def _largest_gap(swept: dict[str, float]) -> str:
+    """The first in order among the configs under the widest gap between neighbouring times
+    within ``GAP_WINDOW`` of the fastest (the next config, or the sweep's edge, closes it)."""
+    near = sorted(r for r in swept.values() if r <= 1 + GAP_WINDOW)
+    beyond = min((r for r in swept.values() if r > 1 + GAP_WINDOW), default=1 + SWEPT)
+    edges = near + [beyond]
+    cut = max(range(len(near)), key=lambda i: edges[i + 1] - edges[i])
+    return next(c for c, r in swept.items() if r <= near[cut])
+
+
+REPLAYS = {
+    "fastest": _fastest,
+    "first within 1%": _first_within(0.01),
+    "first within 2%": _first_within(0.02),
+    "first within 3%": _first_within(0.03),
+    "largest gap": _largest_gap,
+}
+
+
+def replays(decisions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each replayed rule on the fastest runs' sweeps: the decisions it picked alike in every
+    run, and its picks' cost over each decision's best by the sweeps' mean ratio (a config
+    missing from a run's sweep counts at ``SWEPT``); and the decisions whose recorded fastest
+    picks are at their sweeps' fastest time in every run (``fastest_as_recorded``: all of them,
+    or the sweeps are not what the autotuners compared)."""
+    swept = [d for d in decisions if len(d.get("sweeps") or []) > 1 and all(d["sweeps"])]
+    found: dict[str, Any] = {"decisions": len(swept)}
+    for name, rule in REPLAYS.items():
+        alike, costs = 0, []
+        for d in swept:
+            picks = [rule(s) for s in d["sweeps"]]
+            alike += len(set(picks)) == 1
+            mean = _mean_ratio(d["sweeps"])
+            costs.append(statistics.fmean(mean[p] for p in picks) / min(mean.values()) - 1)
+        found[name] = {
+            "alike": alike,
+            "cost_mean": statistics.fmean(costs) if costs else 0.0,
+            "cost_max": max(costs, default=0.0),
+        }
+    # the sweeps are what the autotuners compared where each recorded pick is at its sweep's
+    # fastest time (exact ties they break by other quantiles a sweep does not keep)
+    found["fastest_as_recorded"] = sum(
+        all(s.get(w) == min(s.values()) for s, w in zip(d["sweeps"], d["fastest_winners"])) for d in swept
+    )
+    return found
+
+
+def _mean_ratio(sweeps: list[dict[str, float]]) -> dict[str, float]:
+    configs = {c for s in sweeps for c in s}
+    return {c: statistics.fmean(s.get(c, 1 + SWEPT) for s in sweeps) for c in configs}
 
 
 def _decision(d: dict[str, Any]) -> dict[str, Any]:
@@ -81,13 +287,7 @@ def _decision(d: dict[str, Any]) -> dict[str, Any]:
 
 def _spread(keep: str) -> dict[str, Any]:
     """One config's time between fresh processes, as the fastest runs' autotuners measured it."""
-    runs: list[list[dict[str, Any]]] = []
-    for name in sorted(os.listdir(keep)):
-        path = os.path.join(keep, name, "decisions.jsonl")
-        if name.endswith("-fastest") and os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                lines = [json.loads(line) for line in f if line.strip()]
-            runs.append([d for d in lines if d.get("kind") != "calls" and d.get("timings_ms")])
+    runs = [[d for d in run.values() if d.get("timings_ms")] for run in _runs(keep)["fastest"]]
     times: dict[tuple[str, str, str, str], list[float]] = {}
     ratios: dict[tuple[str, str, str, str], list[float]] = {}
     for run in runs:

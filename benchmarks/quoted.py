@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import RESULTS, read_csv
-from .pick import rule
+from .pick import REPLAYS, replays, rule, why
 
 MiB = 1 << 20
 
@@ -184,8 +184,8 @@ def pick_table(folder: Path) -> str:
     record = _record("pick", folder)
     lines = [
         "| job | runs a rule | decisions | alike in every run: fastest | stable | by price: fastest | stable | "
-        "stable / fastest, job, by price | wall time a run, stable / fastest | rule |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "stable / fastest, job, by price | stable / fastest, end to end | wall time a run, stable / fastest | rule |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, job in record["jobs"].items():
         a, total, walls = job["agreement"], job["total"], job["wall_s"]
@@ -194,7 +194,8 @@ def pick_table(folder: Path) -> str:
         lines.append(
             f"| {name} | {job.get('runs', record.get('runs'))} | {a['fastest']['made_in_every_run']} | "
             f"{a['fastest']['agree']} | {a['stable']['agree']} | "
-            f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | {wall:.3f} | "
+            f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | "
+            f"{_end_to_end_cell(job.get('end_to_end'))} | {wall:.3f} | "
             f"{_rule_version(job.get('rule'))} |"
         )
     spreads = [j["spread"]["over_fastest"] for j in record["jobs"].values() if j["spread"]["over_fastest"]["configs"]]
@@ -205,6 +206,64 @@ def pick_table(folder: Path) -> str:
         f"fastest moved against its run's fastest by a median of {spread} per job.)"
     )
     return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def pick_replay_table(folder: Path) -> str:
+    """Other pick rules replayed on the pick study's fastest runs' sweeps: agreement and cost."""
+    record = _record("pick", folder)
+    names = list(REPLAYS)
+    lines = [
+        "| job | decisions replayed | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    checks = []
+    for name, job in record["jobs"].items():
+        found = replays(job["decisions"])
+        if not found["decisions"]:
+            continue  # an entry from before the sweeps were recorded
+        cells = [f"{found[n]['alike']} (+{found[n]['cost_mean']:.1%}, max +{found[n]['cost_max']:.1%})" for n in names]
+        lines.append(f"| {name} | {found['decisions']} | " + " | ".join(cells) + " |")
+        checks.append(f"{found['fastest_as_recorded']} of {found['decisions']} in {name}")
+    caption = (
+        f"(`pick` study of {_date(record)}, benchmarks/results/h200/pick.json, replayed by "
+        "`benchmarks.pick.replays` on the sweeps of each job's fastest runs: the decisions each rule would "
+        "have picked alike in every run, and its picks' mean and largest cost over each decision's best "
+        "config by the sweeps' mean ratio, the autotuners' own timings, not the independent price. "
+        "Nothing is timed again in a replay. The recorded fastest picks are at their sweeps' fastest time "
+        f"in every run in {', '.join(checks)} decisions; exact ties, which the autotuners break by other "
+        "quantiles, the replay breaks by their order.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def pick_moved(folder: Path) -> str:
+    """Why each decision's stable picks moved between runs, per job, from the pick study's record."""
+    record = _record("pick", folder)
+    out = []
+    for name, job in record["jobs"].items():
+        moved = why(job["decisions"])
+        if not moved:
+            continue
+        out.append(f"- **{name}**:")
+        winners = {(d["kind"], d["op"], d["key"]): d["stable_winners"] for d in job["decisions"]}
+        for (kind, op, _), lines in moved.items():
+            runs = winners[(kind, op, _)]
+            out.append(f"  - `{op.rsplit('.', 1)[-1]}` ({kind}, {len(set(runs))} picks in {len(runs)} runs):")
+            out.extend(f"    - {line}" for line in lines)
+    return "\n".join(out) if out else "(no decision's stable picks moved in the current record)"
+
+
+def _end_to_end_cell(timed: dict[str, Any] | None) -> str:
+    """The programs tuned under each rule, timed together: stable over fastest, and whether that
+    is beyond the spread among one rule's own programs."""
+    total = (timed or {}).get("total")
+    if not total:
+        return "-"
+    noise = max((v for v in total["same_side"].values() if v is not None), default=None)
+    spread = f", same rule up to {noise:.1%}" if noise is not None else ""
+    # the record's verdict is its first side (fastest) against its second (stable)
+    verdict = {"slower": "stable faster", "faster": "stable slower"}.get(total["verdict"], total["verdict"])
+    return f"{total['ms']['stable'] / total['ms']['fastest']:.4f} ({verdict}{spread})"
 
 
 def _rule_version(settings: Any) -> str:
@@ -223,6 +282,8 @@ def _median(values: list[float]) -> float:
 
 RENDER: dict[str, Callable[[Path], str]] = {
     "pick": pick_table,
+    "pick-replay": pick_replay_table,
+    "pick-moved": pick_moved,
     "headline": headline,
     "penalty": penalty,
     "cost": cost,

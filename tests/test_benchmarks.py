@@ -262,3 +262,152 @@ def test_the_pick_studys_p90_is_the_nearest_rank_and_never_under_the_median():
     ten = pick._quantiles([i / 100 for i in range(1, 11)])
     assert (ten["median"], ten["p90"], ten["max"]) == (0.055, 0.09, 0.1)
     assert pick._quantiles([]) == {"configs": 0}
+
+
+def test_a_pick_studys_sweep_keeps_the_configs_near_its_fastest_as_ratios_in_the_autotuners_order():
+    timings = {"c": 2.3, "a": 2.0, "b": float("inf"), "d": 2.1, "e": 0.0}
+    assert list(pick.sweep(timings).items()) == [("a", 1.0), ("d", 1.05)]  # c is 15% over, b and e never ran
+    assert pick.sweep({"a": float("inf")}) == {}
+
+
+def test_each_replayed_pick_rule_picks_as_its_name_says():
+    swept = {"a": 1.015, "b": 1.0, "c": 1.025, "d": 1.06}
+    picks = {name: rule(swept) for name, rule in pick.REPLAYS.items()}
+    assert picks == {
+        "fastest": "b",
+        "first within 1%": "b",  # a, first in order, is 1.5% over
+        "first within 2%": "a",
+        "first within 3%": "a",
+        "largest gap": "a",  # 1.025 -> 1.06 is the widest gap: a, b and c are one group
+    }
+    # the widest gap just over the fastest two: the first in order of those
+    assert pick.REPLAYS["largest gap"]({"a": 1.04, "b": 1.0, "c": 1.002, "d": 1.045, "e": 1.06}) == "b"
+    # nothing beyond 5%: the sweep's edge closes the last gap
+    assert pick.REPLAYS["largest gap"]({"a": 1.03, "b": 1.0, "c": 1.04}) == "a"
+    assert pick.REPLAYS["fastest"]({"a": 1.0, "b": 1.0}) == "a"  # the first of equal times, as min()
+
+
+def test_replays_count_the_decisions_a_rule_picks_alike_and_check_the_fastest_against_the_record():
+    near_edge = [{"a": 1.008, "b": 1.0}, {"a": 1.012, "b": 1.0}, {"a": 1.002, "b": 1.0}]
+    clear = [{"a": 1.0, "b": 1.04}] * 3
+    decisions = [
+        {"kind": "triton", "sweeps": near_edge, "fastest_winners": ["b", "b", "b"]},
+        {"kind": "triton", "sweeps": clear, "fastest_winners": ["a", "a", "a"]},
+        {"kind": "inductor-coordesc", "fastest_winners": ["x", "y", "x"]},  # no sweeps: not replayed
+    ]
+    found = pick.replays(decisions)
+    assert found["decisions"] == 2 and found["fastest_as_recorded"] == 2
+    assert found["fastest"]["alike"] == 2 and found["first within 1%"]["alike"] == 1  # a flips at the edge
+    assert found["first within 2%"]["alike"] == 2
+    # b's mean ratio is 1.0 and a's 1.0073: the 1% rule's picks a, b, a cost 2/3 of that on one decision
+    assert found["first within 1%"]["cost_mean"] == pytest.approx((2 / 3 * 0.007333) / 2, rel=1e-3)
+    assert found["fastest"]["cost_max"] == 0.0
+    decisions[0]["fastest_winners"] = ["b", "a", "b"]  # a recorded pick slower than its sweep's fastest
+    assert pick.replays(decisions)["fastest_as_recorded"] == 1
+    decisions[0]["sweeps"][1] = {"a": 1.0, "b": 1.0}  # an exact tie the autotuner broke its own way: a match
+    assert pick.replays(decisions)["fastest_as_recorded"] == 2
+
+
+def _pick_line(candidates, timed_again, band=0.01, noise=0.001, too_noisy=False):
+    return {
+        "fastest": candidates[0],
+        "band": band,
+        "floor": 0.01,
+        "noise": noise,
+        "candidates": candidates,
+        "timed_again": timed_again,
+        "too_noisy": too_noisy,
+    }
+
+
+def test_why_stable_picks_moved_names_the_config_at_the_bands_edge_and_the_runs_the_noise_decided():
+    edge = {"w4": 1.009, "w8": 1.0}
+    picks = [
+        _pick_line(["w4", "w8"], edge),
+        _pick_line(["w8"], {"w4": 1.013, "w8": 1.0}),
+        _pick_line(["w8"], {"w8": 1.0}, band=0.12, noise=0.12, too_noisy=True),
+        _pick_line(["w4", "w8"], edge, band=0.015, noise=0.015),
+    ]
+    why = pick.moved(["w4", "w8", "w8", "w4"], picks)
+    assert why == [
+        "run 3: the rounds' noise was 12.0%, over twice the 1% floor, so the autotuner's own pick stood",
+        "run 4: the rounds' noise widened the band to 1.5%",
+        "w4: within the band in run 1, 4, outside it in run 2 (by run: +0.9%, +1.3%, +0.9%)",
+    ]
+    # a run whose window held only its fastest timed nothing again: the others were over twice the floor
+    alone = [_pick_line(["w4"], {}), _pick_line(["w8"], {}), _pick_line(["w8", "w4"], {"w8": 1.0, "w4": 1.004})]
+    assert pick.moved(["w4", "w8", "w8"], alone) == [
+        "w4: within the band in run 1, 3, outside it in run 2 (by run: alone within the window, over 2% in the sweep, "
+        "+0.4%)",
+        "w8: within the band in run 2, 3, outside it in run 1 (by run: over 2% in the sweep, alone within the window, "
+        "+0.0%)",
+    ]
+    # w8, in every ruled run's band, is no cause; a run without a pick line says the rule never reached it
+    assert pick.moved(["w4", "w8"], [picks[0], None]) == [
+        "some stable runs made no stable pick here (the rule did not reach the decision)"
+    ]
+
+
+def test_why_coordinate_descent_walks_moved_tells_a_different_start_from_different_steps():
+    assert pick.moved(["x", "y", "x", "x"], [None] * 4, start=["k1", "k1", "k2", "k2"]) == [
+        "the walks started from 2 different configs (the kernel's stable pick moved)",
+        "runs 1, 2 started alike and ended at 2 configs: a step needs more than the floor in one timing of each "
+        "neighbour, and some steps were within the runs' noise",
+    ]
+    assert pick.moved(["x", "x"], [None] * 2, start=["k1", "k2"]) == [
+        "the walks started from 2 different configs (the kernel's stable pick moved)"
+    ]
+
+
+def test_the_pick_study_reads_each_rules_runs_in_the_order_they_ran(tmp_path):
+    def lines(*decisions):
+        return "".join(json.dumps(d) + "\n" for d in decisions)
+
+    one = {"kind": "triton", "op": "k", "key": "1", "winner": "a", "timings_ms": {"a": 1.0, "b": 1.01}}
+    again = {**one, "winner": "b"}  # a second line for the key in one run: ab counts the first
+    for name, text in {
+        "run1-fastest": lines({"kind": "calls", "op": "k", "counts": {"1": 3}}, one, again),
+        "run2-stable": lines({**one, "pick": _pick_line(["a"], {})}),
+        "run3-fastest": "",
+        "run11-fastest": lines(again),
+        "ab.json": "",
+    }.items():
+        folder = tmp_path / name
+        if name.startswith("run"):
+            folder.mkdir()
+            (folder / "decisions.jsonl").write_text(text)
+        else:
+            folder.write_text(text)
+    runs = pick._runs(str(tmp_path))
+    assert [run[("triton", "k", "1")]["winner"] for run in runs["fastest"] if run] == ["a", "b"]
+    assert len(runs["fastest"]) == 3 and runs["stable"][0][("triton", "k", "1")]["pick"]["candidates"] == ["a"]
+    decisions = pick._with_runs(
+        [{"kind": "triton", "op": "k", "key": "1", "fastest_winners": ["a", "b"], "stable_winners": ["a"]}], runs
+    )
+    assert decisions[0]["sweeps"] == [{"a": 1.0, "b": 1.01}, {"a": 1.0, "b": 1.01}]
+    assert pick.why(decisions) == {}  # one stable run: nothing moved
+    decisions[0]["stable_winners"], decisions[0]["stable_picks"] = ["a", "b"], [_pick_line(["a"], {}), None]
+    assert list(pick.why(decisions)) == [("triton", "k", "1")]
+    walk = {"kind": "inductor-coordesc", "op": "k", "key": "1", "stable_winners": ["x", "y"], "stable_picks": []}
+    kernel = {**walk, "kind": "inductor-kernel", "stable_winners": ["k1", "k2"], "stable_picks": [None, None]}
+    assert pick.why([kernel, walk])[("inductor-coordesc", "k", "1")][0].startswith("the walks started from 2")
+
+
+def test_the_pick_study_keeps_ab_end_to_end_total_and_quotes_it_stable_over_fastest():
+    total = {
+        "ms": {"fastest": 2.0, "stable": 1.9},
+        "ratio": {"q1": 1.04, "median": 1.05, "q3": 1.06},
+        "program_ms": {"fastest": [2.0, 2.1], "stable": [1.9, 1.9]},
+        "same_side": {"fastest": 0.05, "stable": 0.0},
+        "verdict": "slower",
+        "program_samples": {"fastest": [[1.0]], "stable": [[1.0]]},
+    }
+    kept = pick._end_to_end({"graphs": [{}, {}], "problems": ["p"], "total": total})
+    assert kept is not None and "program_samples" not in kept["total"]
+    assert (kept["graphs"], kept["problems"]) == (2, ["p"])
+    assert quoted._end_to_end_cell(kept) == "0.9500 (stable faster, same rule up to 5.0%)"
+    kept["total"]["verdict"] = "within noise"
+    assert quoted._end_to_end_cell(kept) == "0.9500 (within noise, same rule up to 5.0%)"
+    assert pick._end_to_end(None) is None and quoted._end_to_end_cell(None) == "-"
+    assert pick._end_to_end({"graphs": [], "problems": ["the timing process failed"]})["total"] is None
+    assert quoted._end_to_end_cell({"graphs": 0, "problems": [], "total": None}) == "-"

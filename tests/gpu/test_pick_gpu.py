@@ -117,3 +117,53 @@ def test_inductors_kernel_configs_and_their_descent_are_under_the_rule_in_fresh_
     assert descents[1] and descents[1].keys() == descents[2].keys()
     alike = sum(descents[1][k] == descents[2][k] for k in descents[1])
     print(f"coordinate descent: the two stable runs kept the same config in {alike} of {len(descents[1])}")
+
+
+# A prefill-sized GEMM under max-autotune: Inductor's algorithm selection times its Triton
+# GEMM templates against the library call (aten.mm) and keeps one choice.
+SELECT_JOB = """
+import json, torch
+import cleanflush
+
+torch.manual_seed(0)
+x = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
+mm = torch.compile(lambda x, w: x @ w, mode="max-autotune-no-cudagraphs")
+torch.testing.assert_close(mm(x, w), x @ w, rtol=2e-2, atol=2e-2)
+print(json.dumps({"rule": cleanflush.current_pick()}))
+"""
+
+
+def test_inductors_algorithm_selection_is_under_the_rule_in_fresh_processes(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(SELECT_JOB)
+    lines = {}
+    for run, rule in enumerate(("fastest", "stable", "stable")):
+        decisions = tmp_path / f"{run}.jsonl"
+        env = {**environ_without_cleanflush(), "CLEANFLUSH": "1", "CLEANFLUSH_PICK": rule}
+        env.update(CLEANFLUSH_DECISIONS=str(decisions), TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+        env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"inductor{run}"), TRITON_CACHE_DIR=str(tmp_path / f"t{run}"))
+        child = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, env=env, timeout=400)
+        assert child.returncode == 0, child.stderr[-3000:]
+        assert json.loads(child.stdout.strip().splitlines()[-1])["rule"] == rule
+        lines[run] = [json.loads(line) for line in decisions.read_text().splitlines()]
+    selections = {r: [d for d in found if d["kind"] == "inductor"] for r, found in lines.items()}
+    assert all(selections.values()), "a run recorded no algorithm selection"
+    assert all("pick" not in d for d in selections[0])  # fastest: Inductor's own min(), no band
+    stable = selections[1] + selections[2]
+    assert all(d["rule"] == "stable" for d in stable)
+    assert any("pick" in d for d in stable), "no algorithm selection reached the rule"
+    for d in (d for d in stable if "pick" in d):
+        rule = d["pick"]
+        assert d["winner"] in rule["candidates"] and rule["band"] >= rule["floor"]
+        if d["winner"] != rule["fastest"]:  # handed to Inductor at the fastest's time, less a billionth
+            assert d["timings_ms"][d["winner"]] < d["timings_ms"][rule["fastest"]]
+        print(
+            f"\n{d['key']}: kept {d['winner']!r}, fastest {rule['fastest']!r}, band {rule['band']:.2%}, "
+            f"{len(rule['candidates'])} within it of {len(d['timings_ms'])} choices"
+        )
+    picks = [{d["key"]: d["winner"] for d in selections[r]} for r in (1, 2)]
+    print(
+        f"the two stable runs kept the same choice in {sum(picks[0].get(k) == w for k, w in picks[1].items())} "
+        f"of {len(picks[1])}"
+    )
