@@ -296,14 +296,14 @@ folder.mkdir(parents=True, exist_ok=True)
 """
 
 
-def ab_with_programs(tmp_path, program_text):
+def ab_with_programs(tmp_path, program_text, *options):
     job = tmp_path / "job.py"
     job.write_text(JOB)
     out = tmp_path / "ab.json"
     child = run_python(
         "import sys\nfrom cleanflush.__main__ import main\n"
-        f"sys.exit(main(['ab', '--json', {str(out)!r}, '--keep', {str(tmp_path / 'kept')!r}, '--', sys.executable, "
-        f"{str(job)!r}, {program_text!r}]))"
+        f"sys.exit(main(['ab', *{list(options)!r}, '--json', {str(out)!r}, '--keep', {str(tmp_path / 'kept')!r}, "
+        f"'--', sys.executable, {str(job)!r}, {program_text!r}]))"
     )
     assert child.returncode == 0, child.stderr[-3000:]
     return child, json.loads(out.read_text())
@@ -465,16 +465,16 @@ from pathlib import Path
 import torch
 import cleanflush
 
-SECONDS = []
+TUNED_SLEEP = []
 
 def call(args):
     x, = args
     args.clear()
-    if not SECONDS:  # the first call tunes
-        SECONDS.append(0.003 if cleanflush.current_pick() == "fastest" else 0.001)
+    if not TUNED_SLEEP:  # the first call tunes
+        TUNED_SLEEP.append(0.003 if cleanflush.current_pick() == "fastest" else 0.001)
         with open(__file__ + ".tuned", "w") as f:
             f.write(cleanflush.current_policy() + " " + cleanflush.current_pick())
-    time.sleep(SECONDS[0])
+    time.sleep(TUNED_SLEEP[0])
     return (x,)
 
 def get_args():
@@ -504,29 +504,15 @@ def test_each_program_tunes_under_its_runs_flush_and_pick_rule(tmp_path):
     assert programs.time_programs(runs, reps=3, sample_s=0.004)["graphs"][0]["verdict"] == "within noise"
 
 
-# A job that leaves one compiled program in its Inductor cache folder, as the rule-dependent
-# program above: the end-to-end timing of `--compare pick`.
-PICK_JOB = """
-import os, pathlib, sys
-folder = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"], "tmpab", "xy")
-folder.mkdir(parents=True, exist_ok=True)
-(folder / "cxy.py").write_text(sys.argv[1])
-"""
-
-
 def test_ab_compare_pick_times_the_programs_tuned_under_each_rule_end_to_end(tmp_path):
-    job = tmp_path / "job.py"
-    job.write_text(PICK_JOB)
-    out = tmp_path / "ab.json"
-    child = run_python(
-        "import sys\nfrom cleanflush.__main__ import main\n"
-        f"sys.exit(main(['ab', '--compare', 'pick', '--json', {str(out)!r}, '--', sys.executable, {str(job)!r}, "
-        f"{RULE_PROGRAM!r}]))"
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    record = json.loads(out.read_text())
+    child, record = ab_with_programs(tmp_path, RULE_PROGRAM, "--compare", "pick")
     [graph] = record["end_to_end"]["graphs"]
     assert record["end_to_end"]["sides"] == ["fastest", "stable"] and graph["verdict"] == "slower"
+    spec = json.loads((tmp_path / "kept" / "end-to-end" / "spec.json").read_text())
+    assert [(r["side"], r["policy"], r["pick"]) for r in spec["runs"][:2]] == [
+        ("fastest", "write-read", "fastest"),
+        ("stable", "write-read", "stable"),
+    ]
     report = child.stdout.splitlines()
     head = report.index(
         "end to end: the programs tuned under the stable rule against those tuned under the autotuners' own pick "

@@ -88,9 +88,11 @@ print(json.dumps({"rule": cleanflush.current_pick()}))
 """
 
 
-def test_inductors_kernel_configs_and_their_descent_are_under_the_rule_in_fresh_processes(tmp_path):
+def _inductor_runs(tmp_path, job_text):
+    """Each run's decision lines: one `fastest` run and two `stable` runs of the job, each a
+    fresh process with caches of its own."""
     job = tmp_path / "job.py"
-    job.write_text(INDUCTOR_JOB)
+    job.write_text(job_text)
     lines = {}
     for run, rule in enumerate(("fastest", "stable", "stable")):
         decisions = tmp_path / f"{run}.jsonl"
@@ -101,6 +103,11 @@ def test_inductors_kernel_configs_and_their_descent_are_under_the_rule_in_fresh_
         assert child.returncode == 0, child.stderr[-3000:]
         assert json.loads(child.stdout.strip().splitlines()[-1])["rule"] == rule
         lines[run] = [json.loads(line) for line in decisions.read_text().splitlines()]
+    return lines
+
+
+def test_inductors_kernel_configs_and_their_descent_are_under_the_rule_in_fresh_processes(tmp_path):
+    lines = _inductor_runs(tmp_path, INDUCTOR_JOB)
     kernels = [d for d in lines[1] + lines[2] if d["kind"] == "inductor-kernel"]
     assert kernels and all(d["rule"] == "stable" for d in kernels)
     assert all("pick" not in d for d in lines[0])  # fastest: Inductor's own rule, no band
@@ -135,18 +142,7 @@ print(json.dumps({"rule": cleanflush.current_pick()}))
 
 
 def test_inductors_algorithm_selection_is_under_the_rule_in_fresh_processes(tmp_path):
-    job = tmp_path / "job.py"
-    job.write_text(SELECT_JOB)
-    lines = {}
-    for run, rule in enumerate(("fastest", "stable", "stable")):
-        decisions = tmp_path / f"{run}.jsonl"
-        env = {**environ_without_cleanflush(), "CLEANFLUSH": "1", "CLEANFLUSH_PICK": rule}
-        env.update(CLEANFLUSH_DECISIONS=str(decisions), TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
-        env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"inductor{run}"), TRITON_CACHE_DIR=str(tmp_path / f"t{run}"))
-        child = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, env=env, timeout=400)
-        assert child.returncode == 0, child.stderr[-3000:]
-        assert json.loads(child.stdout.strip().splitlines()[-1])["rule"] == rule
-        lines[run] = [json.loads(line) for line in decisions.read_text().splitlines()]
+    lines = _inductor_runs(tmp_path, SELECT_JOB)
     selections = {r: [d for d in found if d["kind"] == "inductor"] for r, found in lines.items()}
     assert all(selections.values()), "a run recorded no algorithm selection"
     assert all("pick" not in d for d in selections[0])  # fastest: Inductor's own min(), no band
