@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,10 +151,9 @@ def moved(winners: list[str], picks: list[dict[str, Any] | None], start: list[st
         return _walks_moved(winners, start)
     if any(p is None for p in picks) or len(picks) != len(winners):
         return ["some stable runs made no stable pick here (the rule did not reach the decision)"]
-    found = []
-    ruled = []
-    for run, p in enumerate(picks, 1):
-        assert p is not None
+    found: list[str] = []
+    ruled: list[tuple[int, dict[str, Any]]] = []
+    for run, p in enumerate(filter(None, picks), 1):
         if p["too_noisy"]:
             found.append(
                 f"run {run}: the rounds' noise was {p['noise']:.1%}, over twice the {p['floor']:.0%} floor, "
@@ -174,7 +174,7 @@ def moved(winners: list[str], picks: list[dict[str, Any] | None], start: list[st
             f"{config}: within the band in run {_runs_text(inside)}, outside it in run {_runs_text(outside)} "
             f"(by run: {over})"
         )
-    return found or ["the same configs were within the band in every run, in another order of first (a pruner's)"]
+    return found or ["the same configs were within the band in every run, in another order (the autotuner's own)"]
 
 
 def _walks_moved(winners: list[str], start: list[str]) -> list[str]:
@@ -187,7 +187,7 @@ def _walks_moved(winners: list[str], start: list[str]) -> list[str]:
     if len(starts) > 1:
         found.append(f"the walks started from {len(starts)} different configs (the kernel's stable pick moved)")
     for runs in starts.values():
-        ends = {winners[run - 1] for run in runs if run <= len(winners)}
+        ends = {winners[run - 1] for run in runs}
         if len(ends) > 1:
             found.append(
                 f"runs {_runs_text(runs)} started alike and ended at {len(ends)} configs: a step needs more than "
@@ -212,7 +212,7 @@ def _runs_text(runs: list[int]) -> str:
     return ", ".join(str(r) for r in runs)
 
 
-def _first_within(within: float) -> Any:
+def _first_within(within: float) -> Callable[[dict[str, float]], str]:
     def rule(swept: dict[str, float]) -> str:
         return next(c for c, r in swept.items() if r <= 1 + within)
 
