@@ -3,7 +3,8 @@ fresh processes, both under the clean flush: ``cleanflush ab --compare pick --ru
 
 Per job: how many decisions each rule picked alike in all runs (by pick, and by the
 independent price), what the stable picks cost against the fastest by that price (each
-decision and the job, weighted by calls), the wall time each rule's runs took; and, for the
+decision and the job, weighted by calls), the programs Inductor compiled under each rule
+timed end to end, the wall time each rule's runs took; and, for the
 band's floor, how much one config's time moves between fresh processes: for every config
 within 5% of a decision's fastest, the spread of the time each fastest run's autotuner
 measured for it (max / min - 1), and of that time over its run's fastest (max - min).
@@ -16,12 +17,12 @@ decode compiles for a minute a run); each entry records its own.
 The record (OUT_DIR/pick.json) keeps the jobs of an earlier call that this one did not run;
 with ``CLEANFLUSH_PICK_FLOOR`` set, a job's entry is named with that floor.
 
-Each decision also keeps what says why its picks moved: each fastest run's sweep (every config
-within ``SWEPT`` of its run's fastest, as a ratio to it, in the autotuner's order), each stable
-run's ``pick`` line; ``why`` says, from those, why a decision's stable picks moved.  From
-the sweeps, ``replays`` applies other rules to the same measurements (``REPLAYS``): how often
-each would have picked alike, and at what cost by the autotuners' own timings averaged over the
-runs (not the independent price), with no GPU.
+Each decision also keeps each fastest run's sweep (every config within ``SWEPT`` of its run's
+fastest, as a ratio to it, in the autotuner's order) and each stable run's ``pick`` line.
+From those, with no GPU, ``why`` says why a decision's stable picks moved, and ``replays``
+applies other rules to the same sweeps (``REPLAYS``): how often each would have picked alike,
+and at what cost by the autotuners' own timings averaged over the runs (not the independent
+price).
 """
 
 from __future__ import annotations
