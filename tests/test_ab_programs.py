@@ -3,6 +3,7 @@ across runs, timing them interleaved, and the rule that says whether the sides d
 
 import json
 import random
+import re
 import sys
 import textwrap
 import time
@@ -501,7 +502,13 @@ def test_each_program_tunes_under_its_runs_flush_and_pick_rule(tmp_path):
         del run["pick"], run["policy"]
         run["side"] = "write-read"
     runs[0]["side"] = runs[2]["side"] = "write"
-    assert programs.time_programs(runs, reps=3, sample_s=0.004)["graphs"][0]["verdict"] == "within noise"
+    programs.time_programs(runs, reps=1, sample_s=0.001)
+    assert [Path(r["paths"][0] + ".tuned").read_text() for r in runs] == [
+        "write fastest",
+        "write-read fastest",
+        "write fastest",
+        "write-read fastest",
+    ]
 
 
 def test_ab_compare_pick_times_the_programs_tuned_under_each_rule_end_to_end(tmp_path):
@@ -518,7 +525,10 @@ def test_ab_compare_pick_times_the_programs_tuned_under_each_rule_end_to_end(tmp
         "end to end: the programs tuned under the stable rule against those tuned under the autotuners' own pick "
         "(each program tunes again in one process, then all are timed together, no flush between calls)"
     )
-    total = report[head + 2]  # stable over fastest: about a third
-    assert total.startswith("  in total: -6") and total.endswith(
-        "faster, beyond the noise (programs tuned under the same rule differ by up to " + total.rsplit(" ", 1)[-1]
-    ), total
+    total = report[head + 2]  # stable over fastest: about a third (sleeps of 1 ms against 3 ms)
+    found = re.fullmatch(
+        r"  in total: (-\d+\.\d)% \(q1 -\d+\.\d%, q3 -\d+\.\d%\), \d\.\d{3} ms against \d\.\d{3} ms: "
+        r"faster, beyond the noise \(programs tuned under the same rule differ by up to \d+\.\d%\)",
+        total,
+    )
+    assert found and float(found[1]) < -30, total
