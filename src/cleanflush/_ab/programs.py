@@ -5,8 +5,9 @@ private cache folder, and the module carries its own benchmark entry: ``get_args
 inputs of the graph's shapes, ``call(args)`` runs the program.  ``time_programs`` loads the
 programs of every run, matches a graph across runs by its inputs (shapes, strides, dtypes,
 in the order compiled), lets each program tune its kernels' configs on its first call under
-its run's flush and pick rule (as the job itself did), then times all of them interleaved: back-to-back
-calls with no flush between them, measured by CUDA events (the host clock without a GPU).
+its run's flush and pick rule (as the job itself did), then times all of them interleaved:
+back-to-back calls with no flush between them, measured by CUDA events (the host clock
+without a GPU).
 The timer shares no code with the flush under test.
 
 ``_ab.run`` calls ``main`` in a process of its own (arguments: SPEC.json OUT.json); needs torch.
