@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from cleanflush import _env, _pick
+from cleanflush._ab import folders, read_decisions
+from cleanflush._ab.compare import by_key
+from cleanflush._pick import FASTEST, STABLE
 
 from .common import RESULTS, machine, progress
 
@@ -71,13 +73,13 @@ def run_job(job: str, work: str, runs: int = RUNS) -> dict[str, Any]:
         return {**found, "error": ab.stderr[-2000:]}
     with open(record, encoding="utf-8") as f:
         result = json.load(f)
-    picks = result["picks"]
+    picks, runs_of = result["picks"], _runs(keep, runs)
     found.update(
         agreement=picks["agreement"],
         total=picks["total"],
         wall_s=picks["wall_s"],
-        decisions=_with_runs([_decision(d) for d in picks["decisions"]], _runs(keep)),
-        spread=_spread(keep),
+        decisions=_with_runs([_decision(d) for d in picks["decisions"]], runs_of),
+        spread=_spread(runs_of),
         pricing_s=result["pricing_s"],
         end_to_end=_end_to_end(result.get("end_to_end")),
     )
@@ -92,22 +94,16 @@ def _end_to_end(timed: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"graphs": len(timed["graphs"]), "problems": timed["problems"], "total": total or None}
 
 
-def _runs(keep: str) -> Runs:
-    """Each rule's runs in the order they ran: per run, each decision's first line with a pick
-    (as ``cleanflush ab`` counts them)."""
-    found: Runs = {"fastest": [], "stable": []}
-    named = [n for n in os.listdir(keep) if re.fullmatch(r"run\d+-(fastest|stable)", n)]
-    for name in sorted(named, key=lambda n: int(n[3:].split("-")[0])):
+def _runs(keep: str, runs: int) -> Runs:
+    """Each rule's runs in the order they ran: per run, each decision's first line with a pick,
+    read as ``cleanflush ab`` reads and counts them."""
+    found: Runs = {FASTEST: [], STABLE: []}
+    for index in range(1, 2 * runs + 1):
+        name = folders.run_folder(index, (FASTEST, STABLE))
         path = os.path.join(keep, name, "decisions.jsonl")
-        if not os.path.exists(path):
-            continue
-        run: dict[Key, dict[str, Any]] = {}
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                d = json.loads(line) if line.strip() else {}
-                if d.get("kind", "calls") != "calls" and d.get("winner") is not None:
-                    run.setdefault((d["kind"], d["op"], d["key"]), d)
-        found[name.split("-", 1)[1]].append(run)
+        if os.path.exists(path):
+            lines, _ = read_decisions(path)
+            found[name.split("-", 1)[1]].append({key: made[0] for key, made in by_key([lines]).items()})
     return found
 
 
@@ -116,9 +112,9 @@ def _with_runs(decisions: list[dict[str, Any]], runs: Runs) -> list[dict[str, An
     for d in decisions:
         key = (d["kind"], d["op"], d["key"])
         if d["kind"] != "inductor-coordesc":  # a walk's timings are its path, not a sweep to replay
-            timed = [run[key]["timings_ms"] for run in runs["fastest"] if run.get(key, {}).get("timings_ms")]
+            timed = [run[key]["timings_ms"] for run in runs[FASTEST] if run.get(key, {}).get("timings_ms")]
             d["sweeps"] = [sweep(timings) for timings in timed]
-        d["stable_picks"] = [run[key].get("pick") for run in runs["stable"] if key in run]
+        d["stable_picks"] = [run[key].get("pick") for run in runs[STABLE] if key in run]
     return decisions
 
 
@@ -134,10 +130,15 @@ def why(decisions: list[dict[str, Any]]) -> dict[Key, list[str]]:
     return found
 
 
+def _ran(timings: dict[str, Any]) -> dict[str, float]:
+    """The configs that ran, with their times (ms), in the autotuner's order."""
+    return {c: float(t) for c, t in timings.items() if isinstance(t, (int, float)) and 0 < t < float("inf")}
+
+
 def sweep(timings: dict[str, Any]) -> dict[str, float]:
     """A run's sweep as each config's time over its fastest, the configs within ``SWEPT`` of it,
     in the autotuner's order (failures left out)."""
-    ran = {c: float(t) for c, t in timings.items() if isinstance(t, (int, float)) and 0 < t < float("inf")}
+    ran = _ran(timings)
     if not ran:
         return {}
     best = min(ran.values())
@@ -286,14 +287,14 @@ def _decision(d: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _spread(keep: str) -> dict[str, Any]:
+def _spread(runs_of: Runs) -> dict[str, Any]:
     """One config's time between fresh processes, as the fastest runs' autotuners measured it."""
-    runs = [[d for d in run.values() if d.get("timings_ms")] for run in _runs(keep)["fastest"]]
+    runs = [[d for d in run.values() if d.get("timings_ms")] for run in runs_of[FASTEST]]
     times: dict[tuple[str, str, str, str], list[float]] = {}
     ratios: dict[tuple[str, str, str, str], list[float]] = {}
     for run in runs:
         for d in run:
-            finite = {c: t for c, t in d["timings_ms"].items() if isinstance(t, (int, float)) and 0 < t < float("inf")}
+            finite = _ran(d["timings_ms"])
             if not finite:
                 continue
             best = min(finite.values())

@@ -245,11 +245,12 @@ def pick_moved(folder: Path) -> str:
         if not moved:
             continue
         out.append(f"- **{name}**:")
-        winners = {(d["kind"], d["op"], d["key"]): d["stable_winners"] for d in job["decisions"]}
-        for (kind, op, _), lines in moved.items():
-            runs = winners[(kind, op, _)]
-            out.append(f"  - `{op.rsplit('.', 1)[-1]}` ({kind}, {len(set(runs))} picks in {len(runs)} runs):")
-            out.extend(f"    - {line}" for line in lines)
+        for d in job["decisions"]:
+            lines, runs = moved.get((d["kind"], d["op"], d["key"])), d["stable_winners"]
+            if lines:
+                op = d["op"].rsplit(".", 1)[-1]
+                out.append(f"  - `{op}` ({d['kind']}, {len(set(runs))} picks in {len(runs)} runs):")
+                out.extend(f"    - {line}" for line in lines)
     return "\n".join(out) if out else "(no decision's stable picks moved in the current record)"
 
 
