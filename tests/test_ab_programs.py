@@ -53,7 +53,6 @@ def test_identical_programs_are_called_different_as_rarely_as_the_docstring_says
 # `benchmark_compiled_module` entry); this stand-in sleeps instead of computing.
 PROGRAM = """
 import time
-from pathlib import Path
 import torch
 
 def call(args):
@@ -462,7 +461,6 @@ def test_each_sample_is_as_many_calls_as_fill_the_sample_time_and_at_most_ten_th
 # autotuners' own pick: the rule in force at that call decides its speed from then on.
 RULE_PROGRAM = """
 import time
-from pathlib import Path
 import torch
 import cleanflush
 
