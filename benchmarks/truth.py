@@ -3,6 +3,9 @@ Triton ``@autotune`` decision, timed again with a rotating CUDA graph: a graph o
 launches, each on its own copy of the call's tensors (together far larger than L2, so every
 launch reads cold data and no flush of any kind runs), replayed and timed with CUDA events.
 No cleanflush flush or timing code: only the record of the call (``_calls``), to make it again.
+Each launch is the config's pre-hook and the kernel, without the autotuner's ``restore_value``
+and ``reset_to_zero`` hooks: their clones would read the kernel's data into L2 just before it
+runs (the kernel then runs as it does outside tuning, on what the previous replay left).
 
 Reads what ``cleanflush ab --keep DIR --json AB.json`` left: DIR/run*/decisions.jsonl, DIR/calls,
 and the ab record.  Per decision: every config's truth (us per launch, median over ``ROUNDS``
@@ -33,7 +36,7 @@ def rotating_us(call: Any, label: str, copies: int = COPIES, rounds: int = ROUND
     import torch
 
     made = [call] + [_copy(call) for _ in range(copies - 1)]
-    launches = [m.launch(label) for m in made]
+    launches = [m.launch(label, tuning_hooks=False) for m in made]
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for launch in launches:  # compiled and warm outside the graph

@@ -314,8 +314,9 @@ print(json.dumps(results))
 """
 
 
-@needs_autotune_do_bench
-def test_a_real_autotuning_call_is_recorded_and_made_again_under_each_config(tmp_path):
+def recorded_call(tmp_path):
+    """KERNEL's call as an ab run records it: the record's path, the configs it was timed
+    under, and what the job's own call computed."""
     (tmp_path / "tunedkernel.py").write_text(KERNEL)
     env = {
         "CLEANFLUSH": "1",
@@ -328,14 +329,55 @@ def test_a_real_autotuning_call_is_recorded_and_made_again_under_each_config(tmp
     found, bad = _ab.read_decisions(str(tmp_path / "d.jsonl"))
     [made] = [d for d in found if d["kind"] != "calls"]
     assert not bad and made["call"]["file"] and os.path.exists(tmp_path / made["call"]["file"])
-    labels = sorted(made["timings_ms"])
-    expected = json.loads(child.stdout.splitlines()[-1])
-    path = str(tmp_path / made["call"]["file"])
+    return str(tmp_path / made["call"]["file"]), sorted(made["timings_ms"]), json.loads(child.stdout.splitlines()[-1])
+
+
+@needs_autotune_do_bench
+def test_a_real_autotuning_call_is_recorded_and_made_again_under_each_config(tmp_path):
+    path, labels, expected = recorded_call(tmp_path)
     again = run_python(
         MADE_AGAIN.format(here=str(tmp_path), path=path, labels=labels, expected=expected), {"TRITON_INTERPRET": "1"}
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout) == {label: [[2], True] for label in labels}
+
+
+# What runs just before the kernel (ab's plain read) sees both pre-hooks' work done: the
+# config's (``out`` zeroed) and the autotuner's (``x`` cloned, so what it does to ``x`` is undone
+# by the post-hook's restore); the kernel sees what it did.  Without the autotuner's hooks,
+# nothing restores ``x``.
+BETWEEN = """
+import json, sys, torch
+sys.path.insert(0, {here!r})
+from cleanflush._calls import Call
+call = Call.load({path!r}, torch.device("cpu"))
+x, out = call.args[0], call.args[1]
+original, seen = x.clone(), {{}}
+
+def between():
+    seen["out zeroed"] = bool((out == 0).all())
+    x.add_(1000.0)
+    read = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())[: out.numel()]  # as the kernel reads x
+    seen["kernel's result"] = (read * 3.0 + 2.0).tolist()
+
+results = {{}}
+for hooks in (True, False):
+    x.copy_(original)
+    out.fill_(-1.0)
+    call.launch({label!r}, before_kernel=between, tuning_hooks=hooks)()
+    kernel_saw_it = out.tolist() == seen.pop("kernel's result")
+    results[str(hooks)] = [seen.pop("out zeroed"), kernel_saw_it, torch.equal(x, original)]
+print(json.dumps(results))
+"""
+
+
+@needs_autotune_do_bench
+def test_what_runs_before_the_kernel_runs_after_both_pre_hooks_and_the_restore_undoes_it(tmp_path):
+    path, labels, _ = recorded_call(tmp_path)
+    [hooked] = [label for label in labels if "BLOCK: 16" in label]  # the config with the pre-hook
+    child = run_python(BETWEEN.format(here=str(tmp_path), path=path, label=hooked), {"TRITON_INTERPRET": "1"})
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert json.loads(child.stdout) == {"True": [True, True, True], "False": [True, True, False]}
 
 
 @needs_autotune_do_bench

@@ -201,9 +201,17 @@ class Call:
         options = {name: spec[name] for name in CONFIG_OPTIONS if name in spec}
         return triton.Config(spec["kwargs"], **options, pre_hook=getattr(same, "pre_hook", None))
 
-    def launch(self, label: str) -> Callable[[], None]:
+    def launch(
+        self, label: str, before_kernel: Callable[[], object] | None = None, tuning_hooks: bool = True
+    ) -> Callable[[], None]:
         """The call under the config ``label``, as Triton's autotuner times one config: its
-        pre-hook, the autotuner's pre-hook, the kernel, the autotuner's post-hook."""
+        pre-hook, the autotuner's pre-hook, the kernel, the autotuner's post-hook.
+
+        ``before_kernel`` runs after the pre-hooks, just before the kernel: a read there leaves
+        L2 clean for the kernel whatever the hooks left in it (``restore_value``'s clones read
+        the kernel's data into L2 and write their copies dirty).  ``tuning_hooks=False`` leaves
+        out the autotuner's own hooks (``restore_value``, ``reset_to_zero``): the kernel as it
+        runs outside tuning, its config's pre-hook kept (it may set what the launch needs)."""
         config = self.config(label)
         grid = self.grid or self.grids.get(tuple(config.kwargs.get(name) for name in self.grid_names))
         if grid is None:
@@ -215,9 +223,13 @@ class Call:
         def call() -> None:
             if config.pre_hook:
                 config.pre_hook(full)
-            tuner.pre_hook(full)
+            if tuning_hooks:
+                tuner.pre_hook(full)
+            if before_kernel is not None:
+                before_kernel()
             tuner.fn.run(*self.args, **current)
-            tuner.post_hook(full, exception=None)
+            if tuning_hooks:
+                tuner.post_hook(full, exception=None)
 
         return call
 

@@ -2,6 +2,7 @@
 events (a host clock would time only the launches).  Run: pytest -m gpu"""
 
 import os
+import statistics
 
 import pytest
 
@@ -95,3 +96,45 @@ def test_a_recorded_call_is_made_again_and_priced_per_config(tmp_path, monkeypat
     assert gone["error"].startswith("FileNotFoundError: ") and "prices" not in gone  # said, and the other priced
     assert done.pricing_s > 0
     assert "cleanflush ab: priced 2 of 2 (" in capfd.readouterr().err
+
+
+def test_a_kernel_whose_hooks_clone_its_data_is_priced_on_a_clean_l2(tmp_path, monkeypatch):
+    """``restore_value``'s pre-hook clones the kernel's data just before it runs: the data is
+    then in L2 and the clone dirty there.  ab's plain read runs between the hooks and the
+    kernel, so the hooked kernel is priced as its twin without hooks (within 5%, 16 MiB read
+    and written in place); a read before the hooks (the order ab had) leaves the price at
+    least 10% off (expected lower: the kernel reads its data from L2)."""
+    import cleanflush
+    from cleanflush import _ab, _calls
+    from cleanflush._ab import prices as _ab_prices
+
+    from .kernels import restored_add
+
+    monkeypatch.setenv("CLEANFLUSH_DECISIONS", str(tmp_path / "decisions.jsonl"))
+    (tmp_path / "calls").mkdir()
+    monkeypatch.setenv("CLEANFLUSH_AB_CALLS", str(tmp_path / "calls"))
+    cleanflush.uninstall()
+    cleanflush.install()
+    for kernel in (restored_add.restored_add, restored_add.plain_add):
+        restored_add.launch(kernel, torch.zeros(4 << 20, device="cuda"))
+    torch.cuda.synchronize()
+    found, bad = _ab.read_decisions(str(tmp_path / "decisions.jsonl"))
+    tuned = [d for d in found if d["kind"] == "triton"]
+    files = {d["op"].rsplit(".", 1)[-1]: d["call"]["file"] for d in tuned}
+    assert not bad and set(files) == {"restored_add", "plain_add"}, found
+    label = next(label for label in tuned[0]["timings_ms"] if "BLOCK: 4096" in label)
+    read = torch.ones(_ab_prices.READ_BYTES // 4, device="cuda")
+    path = {name: str(tmp_path / "calls" / file) for name, file in files.items()}
+    hooked = _ab_prices.price_one(path["restored_add"], [label], read, rounds=5, calls=10)["prices"][label]["us"]
+    twin = _ab_prices.price_one(path["plain_add"], [label], read, rounds=5, calls=10)["prices"][label]["us"]
+    call = _calls.Call.load(path["restored_add"], read.device)
+    launch = call.launch(label)
+
+    def read_before_the_hooks() -> None:
+        read.sum()
+        launch()
+
+    [before] = _ab_prices.kernel_times({label: read_before_the_hooks}, "restored_add", rounds=5, calls=10).values()
+    warm = statistics.median(before)
+    assert abs(hooked / twin - 1) < 0.05, (hooked, twin, warm)
+    assert abs(warm / twin - 1) > 0.10, (hooked, twin, warm)

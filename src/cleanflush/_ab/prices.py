@@ -3,10 +3,11 @@ again side by side in one process, with a timer that shares no code with the flu
 
 For every decision to price, the call a run recorded (``_calls``) is made again on the GPU
 under each candidate config: the config's pre-hook, the autotuner's hooks, the launch, as
-Triton's autotuner times a config.  Before each call a plain read of a buffer of this
-module's own (a float32 ``sum()`` of 256 MiB, at least 2 x L2) leaves L2 clean and cold; the
-kernel's own time is what CUPTI records (torch's profiler), so neither the flush under test
-nor launch latency is in it.  Rounds are interleaved (each candidate's ``CALLS`` calls, then
+Triton's autotuner times a config.  Between the pre-hooks and the kernel a plain read of a
+buffer of this module's own (a float32 ``sum()`` of 256 MiB, at least 2 x L2) leaves L2 clean
+and cold, whatever the hooks left in it (``restore_value``'s clones); the kernel's own time is
+what CUPTI records (torch's profiler), so neither the flush under test, the hooks nor launch
+latency is in it.  Rounds are interleaved (each candidate's ``CALLS`` calls, then
 the next, in a rotating order); a candidate's price is the median over the rounds of each
 round's median, its range the rounds' lowest and highest.
 
@@ -85,8 +86,8 @@ def price_decision(decision: ToPrice, folder: str, read: Any, rounds: int, calls
 def price_one(path: str, labels: list[str], read: Any, rounds: int, calls: int) -> Prices:
     """{"prices": {label: {"us", "low", "high", "rounds"}}, "rounds", "calls", "kernel"} for one decision."""
     call = Call.load(path, read.device)
-    launches = {label: call.launch(label) for label in labels}
-    times = kernel_times(launches, kernel_name(call), read, rounds, calls)
+    launches = {label: call.launch(label, before_kernel=read.sum) for label in labels}
+    times = kernel_times(launches, kernel_name(call), rounds, calls)
     prices = {
         label: PickPrice(us=statistics.median(ts), low=min(ts), high=max(ts), rounds=ts) for label, ts in times.items()
     }
@@ -94,15 +95,14 @@ def price_one(path: str, labels: list[str], read: Any, rounds: int, calls: int) 
 
 
 def kernel_times(
-    launches: dict[str, Callable[[], None]], kernel: str, read: Any, rounds: int, calls: int
+    launches: dict[str, Callable[[], None]], kernel: str, rounds: int, calls: int
 ) -> dict[str, list[float]]:
-    """label -> each round's median kernel time (us) of its ``calls`` calls, each after a plain
-    read, the labels interleaved round by round."""
+    """label -> each round's median kernel time (us) of its ``calls`` calls, the labels
+    interleaved round by round."""
     import torch
 
     for launch in launches.values():  # compiled, loaded and warm before the timing
         for _ in range(3):
-            read.sum()
             launch()
     torch.cuda.synchronize()
     labels, order = list(launches), []
@@ -110,7 +110,6 @@ def kernel_times(
         for r in range(rounds):
             for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
                 for _ in range(calls):
-                    read.sum()
                     launches[label]()
                     order.append((r, label))
         torch.cuda.synchronize()
