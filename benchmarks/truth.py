@@ -3,9 +3,10 @@ Triton ``@autotune`` decision, timed again with a rotating CUDA graph: a graph o
 launches, each on its own copy of the call's tensors (together far larger than L2, so every
 launch reads cold data and no flush of any kind runs), replayed and timed with CUDA events.
 No cleanflush flush or timing code: only the record of the call (``_calls``), to make it again.
-Each launch is the config's pre-hook and the kernel, without the autotuner's ``restore_value``
-and ``reset_to_zero`` hooks: their clones would read the kernel's data into L2 just before it
-runs (the kernel then runs as it does outside tuning, on what the previous replay left).
+Each launch is the config's pre-hook and the kernel, without the autotuner's own hooks
+(``restore_value``, ``reset_to_zero``): their clones would read the kernel's data into L2 just
+before it runs (the kernel then runs as it does outside tuning, on what the previous replay
+left).
 
 Reads what ``cleanflush ab --keep DIR --json AB.json`` left: DIR/run*/decisions.jsonl, DIR/calls,
 and the ab record.  Per decision: every config's truth (us per launch, median over ``ROUNDS``

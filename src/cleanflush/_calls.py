@@ -210,8 +210,9 @@ class Call:
         ``before_kernel`` runs after the pre-hooks, just before the kernel: a read there leaves
         L2 clean for the kernel whatever the hooks left in it (``restore_value``'s clones read
         the kernel's data into L2 and write their copies dirty).  ``tuning_hooks=False`` leaves
-        out the autotuner's own hooks (``restore_value``, ``reset_to_zero``): the kernel as it
-        runs outside tuning, its config's pre-hook kept (it may set what the launch needs)."""
+        out the autotuner's own hooks (``restore_value``, ``reset_to_zero``, or a ``pre_hook``
+        and ``post_hook`` given to ``autotune``): the kernel as it runs outside tuning, its
+        config's pre-hook kept (it may set what the launch needs)."""
         config = self.config(label)
         grid = self.grid or self.grids.get(tuple(config.kwargs.get(name) for name in self.grid_names))
         if grid is None:
