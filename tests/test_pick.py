@@ -74,6 +74,17 @@ def test_the_measured_noise_widens_the_band_up_to_twice_the_floor():
     assert found.winner == "a" and not found.too_noisy
 
 
+def test_each_configs_time_in_each_round_is_kept_the_sweeps_first_as_measured():
+    rounds = iter([1.0, 1.033, 1.015, 1.018])  # b, a (reversed); then a, b
+    found = _pick.stable(["a", "b"], {"a": 1.015, "b": 1.0}, lambda c: next(rounds), floor=0.01)
+    assert found.rounds_ms == {"a": [1.015, 1.033, 1.015], "b": [1.0, 1.0, 1.018]}
+    # kept where the noise decides too, and empty where nothing was timed again
+    rounds = iter([1.5, 1.0, 1.0, 1.0, 1.5, 1.0])
+    found = _pick.stable(["a", "b", "c"], {"a": 1.005, "b": 1.0, "c": 1.002}, lambda c: next(rounds), 0.01)
+    assert found.too_noisy and found.rounds_ms == {"a": [1.005, 1.0, 1.0], "b": [1.0, 1.0, 1.5], "c": [1.002, 1.5, 1.0]}
+    assert _pick.stable(["a", "b"], {"a": 1.5, "b": 1.0}, never, floor=0.01).rounds_ms == {}
+
+
 def test_noise_beyond_twice_the_floor_keeps_the_autotuners_own_pick():
     # timed again c, b, a; then a, b, c: two of the three configs stall in one round each
     rounds = iter([1.5, 1.0, 1.0, 1.0, 1.5, 1.0])
@@ -273,6 +284,9 @@ def test_fresh_processes_pick_alike_under_stable_and_not_under_fastest(tmp_path)
         rule = d["pick"]
         assert d["winner"] == "BLOCK: 16, " + d["winner"].split(", ", 1)[1] and rule["floor"] == _pick.FLOOR
         assert rule["candidates"][0] == d["winner"] and "BLOCK: 128" not in " ".join(rule["timed_again"])
+        # each config timed again with its time in every round, the sweep's as the line has it
+        assert set(rule["rounds_ms"]) == set(rule["timed_again"])
+        assert all(len(ts) == _pick.ROUNDS and ts[0] == d["timings_ms"][c] for c, ts in rule["rounds_ms"].items())
     assert all("pick" not in d for d in lines[: len(SEEDS)])
 
 

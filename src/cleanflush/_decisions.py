@@ -76,6 +76,7 @@ class PickLine(TypedDict):
     candidates: list[str]  # within the band after timing again, the autotuner's order
     timed_again: dict[str, float]  # each config's median over the rounds' fastest
     too_noisy: bool  # the noise was over twice the floor: the autotuner's own pick was kept
+    rounds_ms: NotRequired[dict[str, list[float]]]  # each config's time in each round, the sweep's first
 
 
 class Tuned(TypedDict):
@@ -136,6 +137,7 @@ def pick_line(picked: Picked, label: Callable[[Any], str] = str) -> PickLine:
         "candidates": [label(c) for c in picked.candidates],
         "timed_again": {label(c): t for c, t in picked.timed_again.items()},
         "too_noisy": picked.too_noisy,
+        "rounds_ms": {label(c): ts for c, ts in picked.rounds_ms.items()},
     }
 
 

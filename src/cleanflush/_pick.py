@@ -109,6 +109,9 @@ class Picked:
     candidates: list[Any] = field(default_factory=list)  # within the band, the autotuner's order
     timed_again: dict[Any, float] = field(default_factory=dict)  # each config's median over the rounds' fastest
     too_noisy: bool = False  # the rounds' noise was over twice the floor: the autotuner's own pick kept
+    # each config's time (ms) in each round, the sweep's first: what the ratios hide (a round
+    # the whole GPU ran slow in) stays readable where a decision's noise needs explaining
+    rounds_ms: dict[Any, list[float]] = field(default_factory=dict)
 
 
 def finite(timings: dict[C, float]) -> dict[C, float]:
@@ -141,19 +144,21 @@ def stable(
     # each config's time over its round's fastest, a round the whole GPU ran slow in cancels;
     # the sweep is the first round, then reversed and in order again, so drift cancels too
     ratios: dict[C, list[float]] = {c: [] for c in near}
+    rounds_ms: dict[C, list[float]] = {c: [] for c in near}
     for r in range(rounds):
         again = near[::-1] if r % 2 else near
         timed = {c: ran[c] for c in near} if r == 0 else {c: float(time_again(c)) for c in again}
         least = min(timed.values())
         for c, t in timed.items():
             ratios[c].append(t / least)
+            rounds_ms[c].append(t)
     medians = {c: statistics.median(rs) for c, rs in ratios.items()}
     # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
     # the median over the configs: one config that stalled once does not widen it
     noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())
     band = max(floor, noise)
     if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
-        return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), too_noisy=True)
+        return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms)
     best = min(medians.values())
     inside = [c for c in near if medians[c] <= best * (1 + band)]
-    return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians))
+    return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms)
