@@ -141,17 +141,14 @@ def stable(
     if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
         head = near[: MOST_TIMED_AGAIN - 1]
         near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
-    # each config's time over its round's fastest, a round the whole GPU ran slow in cancels;
-    # the sweep is the first round, then reversed and in order again, so drift cancels too
-    ratios: dict[C, list[float]] = {c: [] for c in near}
-    rounds_ms: dict[C, list[float]] = {c: [] for c in near}
-    for r in range(rounds):
-        again = near[::-1] if r % 2 else near
-        timed = {c: ran[c] for c in near} if r == 0 else {c: float(time_again(c)) for c in again}
-        least = min(timed.values())
-        for c, t in timed.items():
-            ratios[c].append(t / least)
-            rounds_ms[c].append(t)
+    # the sweep is the first round, then reversed and in order again, so drift cancels
+    rounds_ms: dict[C, list[float]] = {c: [ran[c]] for c in near}
+    for r in range(1, rounds):
+        for c in near[::-1] if r % 2 else near:
+            rounds_ms[c].append(float(time_again(c)))
+    # each config's time over its round's fastest: a round the whole GPU ran slow in cancels
+    least = [min(ts[r] for ts in rounds_ms.values()) for r in range(rounds)]
+    ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in rounds_ms.items()}
     medians = {c: statistics.median(rs) for c, rs in ratios.items()}
     # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
     # the median over the configs: one config that stalled once does not widen it
