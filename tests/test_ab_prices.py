@@ -179,6 +179,17 @@ def record(cmp, policy="write-read"):
     }
 
 
+def test_a_job_total_under_a_tenth_of_a_millisecond_is_said_in_microseconds():
+    stock = [[decision("c", TIMED), {"kind": "calls", "op": "lib.gemv", "counts": {"1": 1}}] for _ in range(3)]
+    clean = [[decision("a", TIMED), {"kind": "calls", "op": "lib.gemv", "counts": {"1": 1}}] for _ in range(3)]
+    cmp = _ab_compare.compare(stock, clean, "write-read", priced({"a": price(19.0), "c": price(20.1)}))
+    lines = _ab_report.format_report(record(cmp)).splitlines()
+    assert (
+        "in total: the stock picks cost 1.1 us per call of the 1 changed kernels (summed), "
+        "1.1 us over the 1 calls the runs counted"
+    ) in lines
+
+
 def test_the_report_prices_each_change_and_totals_the_job_by_its_calls():
     stock = [[decision("c", TIMED), {"kind": "calls", "op": "lib.gemv", "counts": {"1": 30}}] for _ in range(3)]
     clean = [[decision(p, TIMED), {"kind": "calls", "op": "lib.gemv", "counts": {"1": 30}}] for p in "aba"]

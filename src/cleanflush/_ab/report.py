@@ -176,7 +176,7 @@ def _changed_lines(cmp: Comparison, policy: str) -> list[str]:
     total = cmp["total"]
     if total["changed_priced"]:
         counted = (
-            f", {total['us_over_calls'] / 1e3:.2f} ms over the {total['calls']:.0f} calls the runs counted"
+            f", {_duration(total['us_over_calls'])} over the {total['calls']:.0f} calls the runs counted"
             if total["counted"]
             else ""
         )
@@ -225,6 +225,12 @@ def _clean_timed_picks(d: Decision, policy: str) -> list[str]:
         )
     winner = f"    {policy} picked {short(d['clean_winner'])}{_clean_us(d, d['clean_winner'])}"
     return [*lines, winner, f"    not priced: {d['not_priced']}"]
+
+
+def _duration(us: float) -> str:
+    """A time in ms, or in us under 0.1 ms, where two decimals of a ms say little (a few calls
+    of a small kernel read 0.00 ms)."""
+    return f"{us:.1f} us" if us < 100 else f"{us / 1e3:.2f} ms"
 
 
 def _clean_us(d: Decision, pick: str) -> str:
