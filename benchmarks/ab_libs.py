@@ -9,6 +9,9 @@ change: every stock pick slower than every clean pick by more than the floor).  
 the wall time the prices took against the rest of the ab run.
 
     python -m benchmarks.ab_libs [OUT_DIR [JOB ...]]      (needs a GPU, gemlite and liger-kernel)
+
+The record (OUT_DIR/ab-libs.json) keeps the jobs of an earlier call that this one did not run;
+each job's entry says when it ran and on which cleanflush.
 """
 
 from __future__ import annotations
@@ -92,14 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args[1:] or JOBS
     out.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cleanflush-ab-libs-")
-    record: dict[str, Any] = {"study": "ab_libs", "machine": machine(), "runs": RUNS, "jobs": {}}
+    path = out / "ab-libs.json"
+    record: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"study": "ab_libs", "jobs": {}}
+    record.update(machine=machine(), runs=RUNS)
     for job in jobs:  # the record is written after each job: a cut-off run keeps what it finished
         progress(f"ab_libs: {job}")
-        found = record["jobs"][job] = run_job(job, work)
+        stamp = {"date": record["machine"]["date"], "cleanflush": record["machine"]["cleanflush"]}
+        found = record["jobs"][job] = {**stamp, **run_job(job, work)}
         found["summary"] = summary(found)
         print("\n".join(found["report"][-25:]), flush=True)
         print(json.dumps({job: found["summary"]}), flush=True)
-        (out / "ab-libs.json").write_text(json.dumps(record, indent=1) + "\n")
+        path.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

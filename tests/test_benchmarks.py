@@ -411,3 +411,18 @@ def test_the_pick_study_keeps_ab_end_to_end_total_and_quotes_it_stable_over_fast
     assert pick._end_to_end(None) is None and quoted._end_to_end_cell(None) == "-"
     assert pick._end_to_end({"graphs": [], "problems": ["the timing process failed"]})["total"] is None
     assert quoted._end_to_end_cell({"graphs": 0, "problems": [], "total": None}) == "-"
+
+
+def test_the_ab_libs_study_keeps_the_jobs_an_earlier_call_ran_and_dates_each(tmp_path, monkeypatch):
+    from benchmarks import ab_libs
+
+    calls = iter(["2026-12-03 14:05 UTC", "2026-12-05 03:40 UTC"])
+    monkeypatch.setattr(ab_libs, "machine", lambda: {"date": next(calls), "cleanflush": "9.9"})
+    monkeypatch.setattr(ab_libs, "run_job", lambda job, work: {"job": job, "report": [job]})
+    assert ab_libs.main([str(tmp_path), "liger_swiglu", "gemlite_decode"]) == 0
+    assert ab_libs.main([str(tmp_path), "gemlite_decode"]) == 0
+    record = json.loads((tmp_path / "ab-libs.json").read_text())
+    assert list(record["jobs"]) == ["liger_swiglu", "gemlite_decode"]
+    assert record["jobs"]["liger_swiglu"]["date"] == "2026-12-03 14:05 UTC"
+    assert record["jobs"]["gemlite_decode"]["date"] == record["machine"]["date"] == "2026-12-05 03:40 UTC"
+    assert record["jobs"]["gemlite_decode"]["summary"]["changed_real"] == 0
