@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import RESULTS, machine, progress
+from .common import RESULTS, kept_record, progress
 
 JOBS = ("gemlite_decode", "liger_swiglu")
 RUNS = 3
@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cleanflush-ab-libs-")
     path = out / "ab-libs.json"
-    record: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"study": "ab_libs", "jobs": {}}
-    record.update(machine=machine(), runs=RUNS)
+    record = kept_record(path, "ab_libs")
+    record["runs"] = RUNS
     for job in jobs:  # the record is written after each job: a cut-off run keeps what it finished
         progress(f"ab_libs: {job}")
         stamp = {"date": record["machine"]["date"], "cleanflush": record["machine"]["cleanflush"]}

@@ -166,6 +166,14 @@ class Results:
         return path
 
 
+def kept_record(path: Path, study: str) -> dict[str, Any]:
+    """The record at ``path``, whose jobs a call that runs others keeps, or a new one of
+    ``study``; either now with this machine."""
+    record: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"study": study, "jobs": {}}
+    record.update(machine=machine())
+    return record
+
+
 def read_csv(path: Path) -> list[dict[str, Any]]:
     """Rows of a result CSV, numbers as floats."""
 

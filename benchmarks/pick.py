@@ -44,7 +44,7 @@ from cleanflush._ab import folders, read_decisions
 from cleanflush._ab.compare import by_key
 from cleanflush._pick import FASTEST, STABLE
 
-from .common import RESULTS, machine, progress
+from .common import RESULTS, kept_record, progress
 
 JOBS = ("gemlite_decode", "liger_swiglu", "fla_gdn", "llama_decode")
 RUNS = 4
@@ -331,8 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args[1:] or JOBS
     out.mkdir(parents=True, exist_ok=True)
     path = out / "pick.json"
-    record: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"study": "pick", "jobs": {}}
-    record.update(machine=machine())
+    record = kept_record(path, "pick")
     work = tempfile.mkdtemp(prefix="cleanflush-pick-")
     floor = os.environ.get("CLEANFLUSH_PICK_FLOOR")  # the stable runs' floor, where not the default
     for job in jobs:  # written after each job: a cut-off run keeps what it finished

@@ -417,7 +417,7 @@ def test_the_ab_libs_study_keeps_the_jobs_an_earlier_call_ran_and_dates_each(tmp
     from benchmarks import ab_libs
 
     calls = iter(["2026-12-03 14:05 UTC", "2026-12-05 03:40 UTC"])
-    monkeypatch.setattr(ab_libs, "machine", lambda: {"date": next(calls), "cleanflush": "9.9"})
+    monkeypatch.setattr(common, "machine", lambda: {"date": next(calls), "cleanflush": "9.9"})
     monkeypatch.setattr(ab_libs, "run_job", lambda job, work: {"job": job, "report": [job]})
     assert ab_libs.main([str(tmp_path), "liger_swiglu", "gemlite_decode"]) == 0
     assert ab_libs.main([str(tmp_path), "gemlite_decode"]) == 0
