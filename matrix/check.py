@@ -11,10 +11,8 @@ import warnings
 warnings.simplefilter("ignore")
 record = {"python": sys.version.split()[0], "errors": []}
 
-import cleanflush  # noqa: E402
-from cleanflush import _patching as patching  # noqa: E402
-from cleanflush.patches import triton as triton_patch  # noqa: E402
-
+# What the user imported first, then cleanflush (installed on import); the CLEANFLUSH=1 probe
+# below covers the other order, with cleanflush in place before anything it patches.
 MODULES = ("triton", "triton.testing", "torch._inductor.runtime.benchmarking", "torch._inductor.utils")
 for module in MODULES:
     try:
@@ -24,6 +22,10 @@ for module in MODULES:
 
 import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
+
+import cleanflush  # noqa: E402
+from cleanflush import _patching as patching  # noqa: E402
+from cleanflush.patches import triton as triton_patch  # noqa: E402
 
 record["torch"] = torch.__version__
 record["triton"] = getattr(sys.modules.get("triton"), "__version__", None)
@@ -119,22 +121,26 @@ if testing is not None and patching.our_patch(testing, "do_bench"):
     if not on_cpu:
         torch.empty = lambda *a, **k: real[0](*a, **{**k, "device": "cpu"})
         torch.cuda.synchronize, torch.cuda.Event = (lambda *a: None), CpuEvent
+    # the autotuner of 3.0-3.1 calls the name its module imported (``from ..testing import do_bench``)
+    callers = {"triton.testing.do_bench": testing}
+    autotuner = sys.modules.get(triton_patch.AUTOTUNER)
+    if autotuner is not None and callable(vars(autotuner).get("do_bench")):
+        callers["triton.runtime.autotuner.do_bench"] = autotuner
     try:
-        for policy in cleanflush.POLICIES:
-            with cleanflush.policy(policy), Ops() as ops:
-                testing.do_bench(lambda: torch.neg(x), warmup=1, rep=1, **({"device_type": "cpu"} if on_cpu else {}))
-            # the flush before each call, once per call after the first (which has none)
-            chunks, chunk = [], []
-            for name in ops.names[1:]:
-                if name == "neg":
-                    chunks.append(chunk)
-                    chunk = []
-                else:
-                    chunk.append(name)
-            unique = {tuple(c) for c in chunks if c}  # empty: its warm-up calls, unflushed by design
-            sequences[f"triton.testing.do_bench | {policy}"] = (
-                list(unique.pop()) if len(unique) == 1 else sorted(unique)
-            )
+        for label, caller in callers.items():
+            for policy in cleanflush.POLICIES:
+                with cleanflush.policy(policy), Ops() as ops:
+                    caller.do_bench(lambda: torch.neg(x), warmup=1, rep=1, **({"device_type": "cpu"} if on_cpu else {}))
+                # the flush before each call, once per call after the first (which has none)
+                chunks, chunk = [], []
+                for name in ops.names[1:]:
+                    if name == "neg":
+                        chunks.append(chunk)
+                        chunk = []
+                    else:
+                        chunk.append(name)
+                unique = {tuple(c) for c in chunks if c}  # empty: its warm-up calls, unflushed by design
+                sequences[f"{label} | {policy}"] = list(unique.pop()) if len(unique) == 1 else sorted(unique)
     finally:
         torch.empty, torch.cuda.synchronize, torch.cuda.Event = real
 benchmarking = sys.modules.get("torch._inductor.runtime.benchmarking")

@@ -1,7 +1,7 @@
 """Supported-versions matrix: install each triton line against torch 2.13 (CPU build) and
 each torch line with the triton it pins, then check in a fresh interpreter what cleanflush
 does there (matrix/check.py).  Writes matrix/results/*.json, matrix/RESULTS.md and the
-supported-versions table in README.md.
+supported-versions table in docs/harnesses.md.
 
     python matrix/run.py                 # everything (downloads several GB; ~40 min)
     python matrix/run.py torch-2.9.1     # one pairing
@@ -217,7 +217,13 @@ def summary(records: list[dict]) -> list[str]:
     return lines
 
 
-def write_tables(date: str) -> None:
+def dates(records: list[dict]) -> str:
+    """When the records were made: one date, or the span where pairings were run apart."""
+    made = sorted({r["date"] for r in records if "date" in r}) or ["?"]
+    return made[0] if len(made) == 1 else f"{made[0]} to {made[-1]}; each line's date is in its record"
+
+
+def write_tables() -> None:
     records = []
     for name in PAIRINGS:
         path = RESULTS / f"{name}.json"
@@ -246,7 +252,7 @@ def write_tables(date: str) -> None:
     text = [
         "# Supported versions: the patch matrix",
         "",
-        f"Run on {date} with `python matrix/run.py` on CPU "
+        f"Run with `python matrix/run.py` on CPU ({dates(records)}) "
         f"(Python {records[0].get('python', '?') if records else '?'}): "
         "each pairing in a fresh venv, checked in a fresh interpreter by matrix/check.py. "
         "`patched`: the target exists and cleanflush wraps it; `unsupported`: it exists, stock flush kept, "
@@ -263,15 +269,19 @@ def write_tables(date: str) -> None:
         "",
     ]
     (ROOT / "matrix" / "RESULTS.md").write_text("\n".join(text))
-    readme = ROOT / "README.md"
-    body = readme.read_text()
+    doc = ROOT / "docs" / "harnesses.md"
+    body = doc.read_text()
     start, end = "<!-- matrix:begin -->", "<!-- matrix:end -->"
     if start in body and end in body:
         table = "\n".join(
-            [f"From matrix/RESULTS.md ({date}; each line installed and checked on CPU):", "", *summary(records)]
+            [
+                f"From matrix/RESULTS.md ({dates(records)}; each line installed and checked on CPU):",
+                "",
+                *summary(records),
+            ]
         )
         body = body[: body.index(start) + len(start)] + "\n" + table + "\n" + body[body.index(end) :]
-        readme.write_text(body)
+        doc.write_text(body)
 
 
 def main(argv: list[str]) -> None:
@@ -286,7 +296,7 @@ def main(argv: list[str]) -> None:
             record["date"] = date
             (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=1))
             print(f"[{name}] {checks(record)}", flush=True)
-    write_tables(date)
+    write_tables()
 
 
 if __name__ == "__main__":

@@ -392,8 +392,9 @@ def do_bench_31(
 
 @pytest.fixture
 def triton_31(monkeypatch):
-    """The installed triton made to look like 3.1: drivers without flush methods, and a
-    triton.testing whose do_bench is the stand-in above."""
+    """The installed triton made to look like 3.1: drivers without flush methods, a
+    triton.testing whose do_bench is the stand-in above, and an autotuner module that bound
+    that name when triton was imported (3.1.0's ``from ..testing import do_bench``)."""
     import types
 
     class Triton31Driver:
@@ -407,6 +408,7 @@ def triton_31(monkeypatch):
     for module in ("triton.backends.nvidia.driver", "triton.backends.amd.driver"):
         monkeypatch.setitem(sys.modules, module, types.ModuleType(module))
     monkeypatch.setitem(sys.modules, "triton.testing", testing)
+    monkeypatch.setattr(sys.modules[triton_patch.AUTOTUNER], "do_bench", do_bench_31, raising=False)
     cleanflush.install()
     yield testing
     cleanflush.uninstall()
@@ -417,6 +419,36 @@ def bench_31(testing, policy, **kwargs):
     with cleanflush.policy(policy), OpRecorder() as rec:
         testing.do_bench(lambda: torch.neg(x), **kwargs)
     return rec
+
+
+def test_triton_31_autotuner_times_through_the_flush(triton_31):
+    """triton 3.0-3.1's ``Autotuner._bench`` returns ``do_bench(kernel_call, warmup=...,
+    rep=..., quantiles=(0.5, 0.2, 0.8))``, the name its module imported (triton v3.1.0,
+    python/triton/runtime/autotuner.py; the same in v3.0.0); on CPU it also passes the device."""
+    autotuner = sys.modules[triton_patch.AUTOTUNER]
+    x = torch.ones(8)
+    expected = {"write-read": ["zero_", "sum"], "read": ["sum"], "write": ["zero_"]}
+    for policy, per_call in expected.items():
+        with cleanflush.policy(policy), OpRecorder() as rec:
+            autotuner.do_bench(lambda: torch.neg(x), warmup=25, rep=100, quantiles=(0.5, 0.2, 0.8), device_type="cpu")
+        names = [name for name in rec.names if name in ("zero_", "sum", "neg")]
+        assert names == ["neg"] + (per_call + ["neg"]) * 8, policy
+    assert cleanflush.flush_counts() == {("triton", p): 8 for p in expected}
+
+
+def test_triton_31_autotuner_that_copied_the_wrapper_gets_the_original_back(triton_31):
+    """Imported while cleanflush was installed (``CLEANFLUSH=1`` hooks triton.testing while
+    the autotuner's import of it runs), the autotuner binds our wrapper: uninstall puts the
+    original there too.  Its import runs the patch again (a trigger module)."""
+    autotuner = sys.modules[triton_patch.AUTOTUNER]
+    assert triton_patch.AUTOTUNER in next(t for t in _registry.TARGETS if t.name == "triton").triggers
+    cleanflush.uninstall()
+    del autotuner.do_bench
+    cleanflush.install()
+    autotuner.do_bench = triton_31.do_bench  # what its ``from ..testing import do_bench`` binds now
+    triton_patch.apply()  # what the trigger's import hook runs
+    cleanflush.uninstall()
+    assert autotuner.do_bench is do_bench_31
 
 
 @pytest.mark.parametrize("fast_flush", [True, False])
@@ -490,7 +522,8 @@ def test_triton_31_status_and_exact_restore(triton_31):
             "triton.testing.do_bench",
             "patched",
             VERSION,
-            "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush",
+            "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush "
+            "(the autotuner's copy of do_bench too)",
         )
     ]
     import torch._inductor.runtime.benchmarking  # noqa: F401  (TritonBenchmarker calls do_bench)
@@ -498,8 +531,10 @@ def test_triton_31_status_and_exact_restore(triton_31):
     inductor_row = {r.target: r for r in cleanflush.status()}["TritonBenchmarker.benchmark_gpu"]
     assert inductor_row.patched and inductor_row.detail.endswith("patched there")
     assert triton_31.do_bench.__wrapped__ is do_bench_31
+    assert sys.modules[triton_patch.AUTOTUNER].do_bench.__wrapped__ is do_bench_31
     cleanflush.uninstall()
     assert triton_31.do_bench is do_bench_31
+    assert sys.modules[triton_patch.AUTOTUNER].do_bench is do_bench_31
 
 
 def test_triton_31_buffer_of_another_size_runs_stock_and_says_so(triton_31, monkeypatch):

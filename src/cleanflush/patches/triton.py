@@ -11,7 +11,9 @@
   hands the stock code the plain tensor, so a flush through it runs once.
 * triton 3.0-3.1: the driver has neither method; ``do_bench`` allocates its 256 MB buffer
   and zeroes it inline.  While ``do_bench`` runs, that allocation hands out a flushing
-  tensor (``_local_buffer``).
+  tensor (``_local_buffer``).  Their autotuner calls its own copy of the name
+  (``from ..testing import do_bench`` in triton/runtime/autotuner.py, 3.0.0 and 3.1.0), which
+  is wrapped too.
 
 On triton 3.0-3.3 the active driver class (``triton.backends.backends[name].driver``)
 is a separate copy of the importable ``CudaDriver``, so both are patched.  Detection is
@@ -31,6 +33,7 @@ from . import _local_buffer, _tensor
 
 NAME = name_of(__name__)
 DO_BENCH = "triton.testing.do_bench"
+AUTOTUNER = "triton.runtime.autotuner"  # binds do_bench by name on 3.0-3.1
 _IMPORTABLE = (
     ("triton.backends.nvidia.driver", "CudaDriver"),
     ("triton.backends.amd.driver", "HIPDriver"),
@@ -117,9 +120,18 @@ def apply() -> list[Site]:
     if testing is None:
         return [Site(DO_BENCH, "pending", "triton 3.0-3.1 layout: patched when triton.testing is imported")]
     if _has_inline_flush(vars(testing).get("do_bench")):
-        _patching.patch_set(NAME).wrap(testing, "do_bench", _do_bench)
+        patches = _patching.patch_set(NAME)
+        patch = patches.wrap(testing, "do_bench", _do_bench)
+        autotuner = sys.modules.get(AUTOTUNER)
+        if autotuner is not None:
+            patches.wrap_alias(autotuner, "do_bench", patch, _do_bench)
         return [
-            Site(DO_BENCH, "patched", "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush")
+            Site(
+                DO_BENCH,
+                "patched",
+                "triton 3.0-3.1 layout: the 256 MB buffer it allocates zeroes through the flush "
+                "(the autotuner's copy of do_bench too)",
+            )
         ]
     return [
         Site(
