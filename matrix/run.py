@@ -98,17 +98,21 @@ def run_pairing(name: str, requirements: list[str], wheel: Path) -> dict:
     return record
 
 
+def unsupported(target: dict) -> bool:
+    """Whether a target row is there but not patched (status says why).  Rows carry ``state``
+    since the target registry; before it, the detail began with the state."""
+    if "state" in target:
+        return target["state"] == "unsupported" and not target["detail"].startswith("not in this torch")
+    return not target["patched"] and not target["detail"].startswith(("not in this torch", "not imported"))
+
+
 def cell(record: dict, column: str) -> str:
     rows = [t for t in record.get("targets", []) if COLUMNS[column](t)]
     if not rows:
         return "absent"
-    row = rows[0]
-    if row["patched"]:
+    if rows[0]["patched"]:
         return "patched"
-    detail = row["detail"]
-    if detail.startswith("not in this torch") or detail.startswith("not imported"):
-        return "absent"
-    return "unsupported"
+    return "unsupported" if unsupported(rows[0]) else "absent"
 
 
 def skipped(record: dict) -> list[str]:
@@ -145,13 +149,7 @@ def checks(record: dict) -> str:
 
 
 def reasons(record: dict) -> list[str]:
-    return sorted(
-        {
-            f"{t['target']}: {t['detail']}"
-            for t in record.get("targets", [])
-            if not t["patched"] and t["detail"].startswith("unsupported")
-        }
-    )
+    return sorted({f"{t['target']}: {t['detail']}" for t in record.get("targets", []) if unsupported(t)})
 
 
 def _ranges(versions: list[str], order: list[str]) -> str:

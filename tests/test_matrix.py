@@ -37,3 +37,25 @@ def test_the_judge_of_the_matrix_fails_a_wrong_sequence():
         "sequences": {"triton.backends.nvidia.driver.CudaDriver | write-read": ["zero_"]},
     }
     assert matrix.checks(record) == "FAIL: sequence triton.backends.nvidia.driver.CudaDriver | write-read"
+
+
+def test_the_findings_list_the_targets_a_record_marks_unsupported():
+    """Rows carry ``state`` (and a detail without it) since the target registry: an unsupported
+    target is a finding and an unsupported cell; one not in that torch is absent, not a finding."""
+    unsupported = {
+        "target": "torch._inductor.utils._do_bench_using_profiling",
+        "state": "unsupported",
+        "patched": False,
+        "detail": "torch < 2.10 inlines the flush in do_bench_using_profiling; stock flush kept",
+    }
+    missing = {
+        "target": "InductorBenchmarker.benchmark_gpu",
+        "state": "unsupported",
+        "patched": False,
+        "detail": "not in this torch (added in 2.7)",
+    }
+    not_installed = {"target": "tilelang.profiler", "state": "absent", "patched": False, "detail": "not installed"}
+    record = {"targets": [unsupported, missing, not_installed]}
+    assert matrix.reasons(record) == [f"{unsupported['target']}: {unsupported['detail']}"]
+    assert matrix.cell(record, "_do_bench_using_profiling") == "unsupported"
+    assert matrix.cell(record, "InductorBenchmarker") == "absent"
