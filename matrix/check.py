@@ -86,8 +86,9 @@ for label, cls in triton_patch.driver_classes():
             run(torch.zeros(64, dtype=torch.int32))
         sequences[f"{label} | {policy}"] = ops.names
 testing = sys.modules.get("triton.testing")
-if testing is not None and patching.our_patch(testing, "do_bench"):
-    # triton 3.0-3.1: the real do_bench on CPU.  3.1 asks the device interface (CPU has one);
+do_bench_patch = patching.our_patch(testing, "do_bench") if testing is not None else None
+if do_bench_patch is not None and triton_patch._has_inline_flush(do_bench_patch.original):
+    # triton 3.0-3.1 (3.2+ wrap do_bench for the hold's bound only): the real do_bench on CPU.  3.1 asks the device interface (CPU has one);
     # 3.0 calls torch.cuda and allocates on "cuda": those are stood in for.
     import inspect
 

@@ -2,6 +2,8 @@
 handshake in host memory; and how the flush asks before its write.  The hold on a real GPU:
 tests/gpu/test_scripts_gpu.py."""
 
+import threading
+
 import pytest
 import torch
 
@@ -185,3 +187,52 @@ def test_stream_empty_asks_the_current_stream_of_the_device(monkeypatch, empty):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: asked.append(device) or Stream(empty))
     cuda = torch.device("cuda", 1)
     assert _hold.stream_empty(cuda) is empty and asked == [cuda]
+
+
+# Inside a queued loop (do_bench): a longer bound, until the host is seen waiting for the GPU
+
+
+def paced(handshake, now, gap):
+    """The host queues a flush's read, comes to the next flush ``gap`` ns later: its hold."""
+    handshake.call()
+    handshake.left()
+    now[0] += gap
+    handshake.arrived()
+    return handshake.pace_ns()
+
+
+def test_in_a_queued_loop_a_hold_may_last_up_to_the_long_bound():
+    now = [0]
+    handshake = _hold.Handshake(torch.zeros(2, dtype=torch.int64), clock=lambda: now[0])
+    assert paced(handshake, now, 300_000) == _hold.HOLD_NS  # a host slower per call than the bound covers
+    with _hold.queued_loop():
+        assert _hold.bound_ns() == _hold.QUEUED_HOLD_NS
+        assert [paced(handshake, now, gap) for gap in (300_000, 40_000, 700_000)] == [600_000, 80_000, 1_000_000]
+    assert _hold.bound_ns() == _hold.HOLD_NS
+    assert paced(handshake, now, 300_000) == _hold.HOLD_NS
+
+
+def test_a_queued_loop_whose_host_comes_back_after_a_whole_bound_holds_as_any_loop_from_then_on():
+    now = [0]
+    handshake = _hold.Handshake(torch.zeros(2, dtype=torch.int64), clock=lambda: now[0])
+    handshake.call()
+    handshake.left()  # a read before the loop: the time since says nothing of the loop's calls
+    now[0] += 5_000_000
+    with _hold.queued_loop():
+        handshake.arrived()
+        assert handshake.pace_ns() == _hold.QUEUED_HOLD_NS
+        # a timed call that synchronizes: the host waits out the whole hold before its next flush
+        assert paced(handshake, now, _hold.QUEUED_HOLD_NS + 30_000) == _hold.HOLD_NS
+        assert [paced(handshake, now, gap) for gap in (30_000, 300_000)] == [60_000, _hold.HOLD_NS]
+    with _hold.queued_loop():  # the next do_bench call starts with the long bound again
+        assert paced(handshake, now, 300_000) == 600_000
+
+
+def test_a_queued_loop_is_this_threads_own():
+    seen = []
+    with _hold.queued_loop():
+        thread = threading.Thread(target=lambda: seen.append(_hold.bound_ns()))
+        thread.start()
+        thread.join()
+        seen.append(_hold.bound_ns())
+    assert seen == [_hold.HOLD_NS, _hold.QUEUED_HOLD_NS]

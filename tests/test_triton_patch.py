@@ -11,7 +11,7 @@ import wrapt
 triton = pytest.importorskip("triton")
 
 import cleanflush  # noqa: E402
-from cleanflush import _flush, _read, _registry, _state, _targets  # noqa: E402
+from cleanflush import _flush, _hold, _read, _registry, _state, _targets  # noqa: E402
 from cleanflush.patches import triton as triton_patch  # noqa: E402
 
 from .ops import OpRecorder, overlaps  # noqa: E402
@@ -124,6 +124,65 @@ def test_uninstall_restores_exact_objects_and_install_is_idempotent():
     for key, fw in stock_functions().items():
         assert isinstance(fw, wrapt.FunctionWrapper)
         assert fw.__wrapped__ is originals[key]  # wrapped once, not twice
+
+
+class CpuInterface:
+    """The device interface do_bench times with, on CPU: events that say 1 ms."""
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 1.0
+
+    @staticmethod
+    def synchronize():
+        pass
+
+
+@needs_driver_clear_cache
+def test_do_bench_and_the_autotuners_benchmarker_run_their_loop_with_the_queued_bound(monkeypatch):
+    """The real do_bench, its driver the real (patched) CudaDriver with a CPU device interface
+    and cache: every call of the timed function runs inside a queued loop, and the flushes too."""
+    import triton.testing
+    from triton.backends.nvidia.driver import CudaDriver
+
+    driver = bare_driver(CudaDriver)
+    driver.get_device_interface = lambda: CpuInterface
+    driver.get_empty_cache_for_benchmark = lambda: torch.zeros(64, dtype=torch.int32)
+    config = triton.runtime.driver
+    monkeypatch.setattr(config, "_active" if "_active" in vars(config) else "active", driver)
+    bounds = []
+
+    def fn():
+        bounds.append(_hold.bound_ns())
+
+    benchmarker = driver.get_benchmarker()  # what the autotuner times with (3.3+: asked of the driver)
+    assert benchmarker is triton.testing.do_bench
+    benchmarker(fn, warmup=1, rep=1)
+    assert set(bounds) == {_hold.QUEUED_HOLD_NS} and len(bounds) > 5
+    assert _hold.bound_ns() == _hold.HOLD_NS  # the loop ends with the call
+    assert cleanflush.flush_counts()[("triton", "write-read")] > 5
+    cleanflush.uninstall()  # the negative control: the stock do_bench, the stock bound
+    bounds.clear()
+    triton.testing.do_bench(fn, warmup=1, rep=1)
+    assert set(bounds) == {_hold.HOLD_NS}
+
+
+@needs_driver_clear_cache
+def test_do_bench_is_restored_exactly():
+    import triton.testing
+
+    wrapper = triton.testing.do_bench
+    assert isinstance(wrapper, wrapt.FunctionWrapper)
+    cleanflush.uninstall()
+    assert triton.testing.do_bench is wrapper.__wrapped__
+    cleanflush.install()
+    assert triton.testing.do_bench is wrapper  # the same wrapper back, not a second one
 
 
 @needs_driver_clear_cache
@@ -574,8 +633,8 @@ def test_triton_31_do_bench_does_not_count_as_a_patched_driver(triton_31):
 
 
 def test_a_triton_without_driver_backends_is_reported_as_before_3_0(monkeypatch):
-    if DRIVER_EMPTY_CACHE:  # with its backends, a triton whose driver flushes has no such row
-        assert "triton.testing.do_bench" not in [row.target for row in triton_rows()]
+    if DRIVER_EMPTY_CACHE:  # with its backends, a triton whose driver flushes has do_bench patched
+        assert [row.state for row in triton_rows() if row.target == "triton.testing.do_bench"] == ["patched"]
     cleanflush.uninstall()
     monkeypatch.delitem(sys.modules, "triton.backends")
     assert triton_patch.apply() == [
@@ -642,7 +701,7 @@ def test_protons_helpers_have_a_row_of_their_own(monkeypatch, names):
             monkeypatch.setattr(triton.testing, name, lambda *a, **k: None, raising=False)
         else:
             monkeypatch.delattr(triton.testing, name, raising=False)
-    row = [r for r in cleanflush.status() if r.target.startswith("triton.testing.")]
+    row = [r for r in cleanflush.status() if r.target.startswith("triton.testing.do_bench_")]
     assert row == [
         cleanflush.TargetStatus(
             "triton",
@@ -653,7 +712,7 @@ def test_protons_helpers_have_a_row_of_their_own(monkeypatch, names):
         )
     ]
     cleanflush.uninstall()
-    assert [(r.state, r.detail) for r in cleanflush.status() if r.target.startswith("triton.testing.")] == [
+    assert [(r.state, r.detail) for r in cleanflush.status() if r.target.startswith("triton.testing.do_bench_")] == [
         ("off", "the driver is not patched")
     ]
 

@@ -1,8 +1,10 @@
 """On a CUDA GPU: the hold's failure modes.  A flush captured into a CUDA graph and replayed
 after ``uninstall()``; flushes from two threads on two streams of one device; a flush on a
-second GPU.  Run: pytest -m gpu -s"""
+second GPU; do_bench's queued loop and its fallback.  Run: pytest -m gpu -s"""
 
+import statistics
 import threading
+import time
 
 import pytest
 
@@ -94,3 +96,63 @@ def test_a_flush_on_the_second_gpu_is_finished_before_its_buffer_goes():
     cleanflush.uninstall()  # synchronizes cuda:1 too before its buffer goes back
     assert torch.cuda.default_stream(second).query()
     cleanflush.install()
+
+
+def busy_wait(us):
+    until = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < until:
+        pass
+
+
+@pytest.mark.parametrize("bound", ["queued", "negative control: HOLD_NS"])
+def test_in_do_bench_a_call_the_host_takes_long_to_queue_is_timed_by_its_gpu_work(monkeypatch, bound):
+    """A timed call whose host time (300 us before its kernel: hooks, many arguments) is far
+    over HOLD_NS: in do_bench's queued loop the read holds until the host's next flush, so
+    the start event and the kernel follow each other on the GPU."""
+    import triton.testing
+
+    if bound != "queued":
+        monkeypatch.setattr(_hold, "QUEUED_HOLD_NS", _hold.HOLD_NS)
+    x = torch.zeros(1 << 20, device="cuda")
+
+    def fn():
+        busy_wait(300)
+        x.add_(1)
+
+    us = triton.testing.do_bench(fn, warmup=5, rep=60) * 1e3
+    print(f"do_bench of a 4 MiB add_ with 300 us of host time before it ({bound}): {us:.1f} us")
+    # the kernel alone is a few us; with HOLD_NS the GPU idles for the rest of the host's 300 us
+    assert us < 50 if bound == "queued" else us > 100
+
+
+class NeverFallsBack(_hold._QueuedLoop):
+    @property
+    def bound_ns(self):
+        return _hold.QUEUED_HOLD_NS
+
+    @bound_ns.setter
+    def bound_ns(self, value):
+        pass
+
+
+@pytest.mark.parametrize("loop", ["as built", "negative control: never falls back"])
+def test_in_do_bench_a_call_that_synchronizes_waits_out_the_long_bound_once(monkeypatch, loop):
+    """A timed call that reads its result on the host waits for every hold queued before it:
+    the loop pays QUEUED_HOLD_NS once, then holds HOLD_NS at most."""
+    import triton.testing
+
+    if loop != "as built":
+        monkeypatch.setattr(_hold, "_QueuedLoop", NeverFallsBack)
+    x = torch.zeros(1 << 20, device="cuda")
+    called = []
+
+    def fn():
+        x.add_(1)
+        torch.cuda.synchronize()
+        called.append(time.perf_counter())
+
+    triton.testing.do_bench(fn, warmup=1, rep=40)
+    per_call_us = statistics.median(b - a for a, b in zip(called, called[1:])) * 1e6
+    print(f"do_bench of a call that synchronizes ({loop}): {per_call_us:.0f} us a call, {len(called)} calls")
+    # as built: the flush and a hold of at most HOLD_NS (about 200 us); never falling back, 1 ms
+    assert per_call_us < 560 if loop == "as built" else per_call_us > 560

@@ -15,6 +15,9 @@
   (``from ..testing import do_bench`` in triton/runtime/autotuner.py, 3.0.0 and 3.1.0), which
   is wrapped too.
 
+``do_bench`` itself is wrapped as well, from 3.2 on only for the hold's bound: its loop
+queues every call and synchronizes once, so a read there may hold longer (``_hold.queued_loop``).
+
 On triton 3.0-3.3 the active driver class (``triton.backends.backends[name].driver``)
 is a separate copy of the importable ``CudaDriver``, so both are patched.  Detection is
 by feature: which of the two methods a class defines, not the version string.
@@ -26,7 +29,7 @@ import inspect
 import sys
 from typing import Any
 
-from .. import _flush, _patching
+from .. import _flush, _hold, _patching
 from .._registry import name_of
 from .._state import Site, State, TargetStatus, sites
 from . import _local_buffer, _tensor
@@ -113,7 +116,9 @@ def apply() -> list[Site]:
     if "triton.backends" not in sys.modules and sys.modules.get("triton") is not None:
         return [Site(DO_BENCH, "unsupported", "this triton has no driver backends (before 3.0); stock flush kept")]
     found = [patch_class(label, cls) for label, cls in driver_classes()]
-    if any(site.state == "patched" for site in found) or "triton.backends" not in sys.modules:
+    if any(site.state == "patched" for site in found):
+        return found + _wrap_queued_loop()
+    if "triton.backends" not in sys.modules:
         return found
     # triton 3.0-3.1: the driver has no flush; do_bench zeroes a buffer of its own
     testing = sys.modules.get("triton.testing")
@@ -142,6 +147,28 @@ def apply() -> list[Site]:
     ]
 
 
+def _wrap_queued_loop() -> list[Site]:
+    """triton 3.2+: ``do_bench`` runs as a queued loop (the driver flushes); a copy bound by
+    name before install keeps the shorter hold."""
+    testing = sys.modules.get("triton.testing")
+    if testing is None or not callable(vars(testing).get("do_bench")):
+        return []  # wrapped when triton.testing is imported
+    _patching.patch_set(NAME).wrap(testing, "do_bench", _queued_do_bench)
+    return [
+        Site(
+            DO_BENCH,
+            "patched",
+            "flushes through the driver; its loop queues every call, so its reads may hold the GPU "
+            f"up to {_hold.QUEUED_HOLD_NS // 1000} us for a host slower per call",
+        )
+    ]
+
+
+def _queued_do_bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    with _hold.queued_loop():
+        return wrapped(*args, **kwargs)
+
+
 def _has_inline_flush(do_bench: Any) -> bool:
     """triton 3.0-3.1's do_bench: ``fast_flush`` picks the dtype of its local buffer."""
     try:
@@ -161,7 +188,8 @@ def _is_do_bench_buffer(tensor: Any) -> bool:
 
 
 def _do_bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_do_bench_buffer, NAME, DO_BENCH)
+    with _hold.queued_loop():
+        return _local_buffer.run(lambda: wrapped(*args, **kwargs), _is_do_bench_buffer, NAME, DO_BENCH)
 
 
 def revert() -> None:
