@@ -16,8 +16,10 @@ busy-wait) before the timed call, as a slower host or a heavier Python stack wou
   cleanflush owns: L2 / 8 of it, then 2 x L2 read), stock or write-read.
 
 write-read runs with each hold design of ``common.hold_design``: the hold as it is (the
-pinned handshake), ``spin only`` (the simpler design: a ``%globaltimer`` spin bounded by the
-host's pace, only on an empty stream, never let go early), and ``no hold``.
+pinned handshake; in do_bench's queued loop up to 1 ms), ``spin only`` (the simpler design: a
+``%globaltimer`` spin bounded by the host's pace, only on an empty stream, never let go
+early), and ``no hold``; the do_bench rows also with the handshake held to 120 us there
+(``SHORT_BOUND``, the bound before do_bench's loop had a longer one).
 
 ``hidden_us``: the largest X up to which every central mean stays within 5% of the one at
 X = 0; ``samples_at_0``: do_bench's samples with no delay (the host as it is).  Two shapes:
@@ -35,11 +37,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import HOLDS, Results, central_mean, flushing, hold_design, progress
+from .common import HOLDS, SHORT_BOUND, Results, central_mean, flushing, hold_design, progress
 
 ROUNDS = 3
 ITERS = 150
-DELAYS_US = (0, 20, 40, 60, 80, 120, 160)
+DELAYS_US = (0, 20, 40, 60, 80, 120, 160, 300, 600)
 SHAPES = ((4096, 4096), (2048, 2048))
 
 
@@ -118,7 +120,7 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
     synced.update({f"write-read, {d}": (write_read(d), clean) for d in HOLDS})
     # do_bench's own flush, through cleanflush's patch: the stock write, or write-read
     queued: dict[str, Callable[[], Any]] = {"stock": lambda: flushing("stock")}
-    queued.update({f"write-read, {d}": write_read(d) for d in HOLDS})
+    queued.update({f"write-read, {d}": write_read(d) for d in (*HOLDS, SHORT_BOUND)})
 
     results = Results(out, "synced")
     for n, k in SHAPES:
@@ -141,7 +143,13 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
                 progress(f"synced: {shape}, round {r + 1}/{rounds}, delay {delay} us")
     summary = summarize(results.rows)
     print(table(summary))
-    return results.write(hold_ns=_hold.HOLD_NS, hold_pace=_hold.HOLD_PACE, rounds=rounds, summary=summary)
+    return results.write(
+        hold_ns=_hold.HOLD_NS,
+        queued_hold_ns=_hold.QUEUED_HOLD_NS,
+        hold_pace=_hold.HOLD_PACE,
+        rounds=rounds,
+        summary=summary,
+    )
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -160,8 +168,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def table(summary: dict[str, dict[str, Any]]) -> str:
-    lines = [f"{'case':52} {'hidden us':>9} {'us at 0':>8} {'samples at 0':>14}"]
+    lines = [f"{'case':64} {'hidden us':>9} {'us at 0':>8} {'samples at 0':>14}"]
     for name, m in summary.items():
         samples = f"{m['samples_at_0']:.0f} {m['samples_at_0_range']}" if "samples_at_0" in m else ""
-        lines.append(f"{name:52} {m['hidden_us']:9d} {m['us_by_delay'][0]:8.2f} {samples:>14}")
+        lines.append(f"{name:64} {m['hidden_us']:9d} {m['us_by_delay'][0]:8.2f} {samples:>14}")
     return "\n".join(lines)
