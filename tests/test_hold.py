@@ -221,11 +221,22 @@ def test_a_queued_loop_whose_host_comes_back_after_a_whole_bound_holds_as_any_lo
     with _hold.queued_loop():
         handshake.arrived()
         assert handshake.pace_ns() == _hold.QUEUED_HOLD_NS
-        # a timed call that synchronizes: the host waits out the whole hold before its next flush
-        assert paced(handshake, now, _hold.QUEUED_HOLD_NS + 30_000) == _hold.HOLD_NS
+        # a timed call that synchronizes: the host waits out the whole hold before each flush
+        waited = _hold.QUEUED_HOLD_NS + 30_000
+        assert [paced(handshake, now, waited) for _ in range(2)] == [_hold.QUEUED_HOLD_NS, _hold.HOLD_NS]
         assert [paced(handshake, now, gap) for gap in (30_000, 300_000)] == [60_000, _hold.HOLD_NS]
     with _hold.queued_loop():  # the next do_bench call starts with the long bound again
         assert paced(handshake, now, 300_000) == 600_000
+
+
+def test_one_long_gap_in_a_queued_loop_is_its_warm_up_and_keeps_the_long_bound():
+    now = [0]
+    handshake = _hold.Handshake(torch.zeros(2, dtype=torch.int64), clock=lambda: now[0])
+    with _hold.queued_loop():
+        # do_bench: its estimate's flushes, the warm-up calls (no flush), its timed loop
+        gaps = (300_000, 300_000, 25_000_000, 300_000, 300_000, 25_000_000, 300_000)
+        long = _hold.QUEUED_HOLD_NS
+        assert [paced(handshake, now, gap) for gap in gaps] == [600_000, 600_000, long, 600_000, 600_000, long, 600_000]
 
 
 def test_a_queued_loop_is_this_threads_own():
