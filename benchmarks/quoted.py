@@ -22,7 +22,13 @@ MiB = 1 << 20
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = RESULTS / "h200"
-PAGES = ("README.md", "docs/policies.md", "docs/pick.md", "benchmarks/results/h200/README.md")
+PAGES = (
+    "README.md",
+    "docs/policies.md",
+    "docs/pick.md",
+    "benchmarks/results/h200/README.md",
+    "benchmarks/results/h100/README.md",
+)
 BLOCK = re.compile(r"(<!-- quoted:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /quoted -->)", re.S)
 SHAPES = ("4096x4096", "6144x4096", "4096x14336", "28672x4096", "128256x4096")
 
@@ -281,6 +287,49 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+SYNCED_COLUMNS = (
+    ("plain read", "plain read"),
+    ("handshake", "write-read, handshake"),
+    ("handshake, 120 us in do_bench", "write-read, handshake, 120 us in do_bench"),
+    ("spin only", "write-read, spin only"),
+    ("no hold", "write-read, no hold"),
+    ("stock", "stock"),
+)
+
+
+def synced_table(folder: Path) -> str:
+    """The synced study: host time hidden in each loop under each hold, and do_bench's samples."""
+    record = _record("synced", folder)
+    summary = record["summary"]
+    shapes = list(dict.fromkeys(name.split()[0] for name in summary))
+    lines = [
+        "| shape | loop | " + " | ".join(label for label, _ in SYNCED_COLUMNS) + " |",
+        "|---" * (len(SYNCED_COLUMNS) + 2) + "|",
+    ]
+    for shape in shapes:
+        for loop, what in (("synced", "hidden us"), ("do_bench", "hidden us"), ("do_bench", "samples")):
+            cells = []
+            for _, flush in SYNCED_COLUMNS:
+                row = summary.get(f"{shape} {loop}: {flush}")
+                if row is None:
+                    cells.append("-")
+                elif what == "hidden us":
+                    cells.append(str(row["hidden_us"]))
+                else:
+                    low, high = row["samples_at_0_range"]
+                    cells.append(f"{row['samples_at_0']:.0f} [{low}-{high}]")
+            first = shape.replace("x", " x ") if (loop, what) == ("synced", "hidden us") else ""
+            lines.append(f"| {first} | {loop}: {what} | " + " | ".join(cells) + " |")
+    bound = record.get("queued_hold_ns")
+    caption = (
+        f"(`synced` study of {_date(record)}, {record['machine']['gpu']}, {record['rounds']} rounds; "
+        f"the hold's bound {record['hold_ns'] // 1000} us"
+        + (f", {bound // 1000} us in do_bench's queued loop" if bound else ", before do_bench's longer bound")
+        + f"; delays measured up to {max(int(d) for d in next(iter(summary.values()))['us_by_delay'])} us.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
 RENDER: dict[str, Callable[[Path], str]] = {
     "pick": pick_table,
     "pick-replay": pick_replay_table,
@@ -292,7 +341,14 @@ RENDER: dict[str, Callable[[Path], str]] = {
     "readkernel": readkernel_table,
     "budget": budget_table,
     "readsize": readsize_table,
+    "synced": synced_table,
 }
+
+
+def folder_of(page: str) -> Path:
+    """The records a page quotes: a results folder's README its own folder's, the rest H200's."""
+    parts = Path(page).parts
+    return ROOT / Path(*parts[:3]) if parts[:2] == ("benchmarks", "results") else H200
 
 
 def render_page(text: str, folder: Path = H200) -> str:
@@ -312,7 +368,7 @@ def main(check: bool = False, root: Path = ROOT) -> int:
     for page in PAGES:
         path = root / page
         text = path.read_text()
-        fresh = render_page(text)
+        fresh = render_page(text, folder_of(page))
         if fresh != text:
             stale.append(page)
             if not check:

@@ -88,8 +88,9 @@ for label, cls in triton_patch.driver_classes():
 testing = sys.modules.get("triton.testing")
 do_bench_patch = patching.our_patch(testing, "do_bench") if testing is not None else None
 if do_bench_patch is not None and triton_patch._has_inline_flush(do_bench_patch.original):
-    # triton 3.0-3.1 (3.2+ wrap do_bench for the hold's bound only): the real do_bench on CPU.  3.1 asks the device interface (CPU has one);
-    # 3.0 calls torch.cuda and allocates on "cuda": those are stood in for.
+    # triton 3.0-3.1 (3.2+ wrap do_bench for the hold's bound only): the real do_bench on CPU.
+    # 3.1 asks the device interface (CPU has one); 3.0 calls torch.cuda and allocates on
+    # "cuda": those are stood in for.
     import inspect
 
     class CpuEvent:

@@ -214,7 +214,7 @@ def test_the_numbers_a_page_quotes_are_those_of_the_current_records(page):
     _h200_or_skip()
     text = (ROOT / page).read_text()
     assert "<!-- quoted:" in text
-    assert quoted.render_page(text) == text, "stale numbers: run python -m benchmarks quoted"
+    assert quoted.render_page(text, quoted.folder_of(page)) == text, "stale numbers: run python -m benchmarks quoted"
 
 
 def test_every_number_in_the_readme_table_is_in_the_budget_record():
