@@ -137,7 +137,7 @@ class CpuInterface:
             pass
 
         def elapsed_time(self, end):
-            return 1.0
+            return 1.0  # ms: one timed call for rep=1
 
     @staticmethod
     def synchronize():
@@ -540,16 +540,6 @@ def test_the_installed_do_bench_of_the_3_0_3_1_layout_flushes_its_buffer(monkeyp
 
     import triton.testing
 
-    class Event:
-        def __init__(self, enable_timing=True):
-            pass
-
-        def record(self):
-            pass
-
-        def elapsed_time(self, end):
-            return 1.0  # ms: one timed call for rep=1
-
     kwargs = {}
     if "device_type" in inspect.signature(triton.testing.do_bench).parameters:
         kwargs["device_type"] = "cpu"
@@ -557,7 +547,7 @@ def test_the_installed_do_bench_of_the_3_0_3_1_layout_flushes_its_buffer(monkeyp
         real_empty = torch.empty
         monkeypatch.setattr(torch, "empty", lambda *a, **k: real_empty(*a, **{**k, "device": "cpu"}))
         monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "Event", CpuInterface.Event)
     rec = bench_31(triton.testing, policy, warmup=1, rep=1, **kwargs)
     flushes, flush = [], []
     for name in rec.names[1:]:  # the first call has no flush before it
