@@ -1,6 +1,6 @@
-"""The hold (``_hold``): whether a flush's read holds the stream, and for how long; the
-handshake in host memory; and how the flush asks before its write.  The hold on a real GPU:
-tests/gpu/test_scripts_gpu.py."""
+"""The hold (``_hold``): whether a flush's read holds the stream, and for how long (in do_bench's
+queued loop too); the handshake in host memory; and how the flush asks before its write.  The
+hold on a real GPU: tests/gpu/test_scripts_gpu.py and tests/gpu/test_hold_gpu.py."""
 
 import threading
 
