@@ -156,7 +156,12 @@ def moved(winners: list[str], picks: list[dict[str, Any] | None], start: list[st
     found: list[str] = []
     ruled: list[tuple[int, dict[str, Any]]] = []
     for run, p in enumerate(filter(None, picks), 1):
-        if p["too_noisy"]:
+        if p["too_noisy"] and p["noise"] is None:
+            found.append(
+                f"run {run}: a config was timed again in less than the autotuner's hooks alone took "
+                f"({p.get('shared_ms', 0.0) * 1e3:.1f} us), so the autotuner's own pick stood"
+            )
+        elif p["too_noisy"]:
             found.append(
                 f"run {run}: the rounds' noise was {p['noise']:.1%}, over twice the {p['floor']:.0%} floor, "
                 "so the autotuner's own pick stood"

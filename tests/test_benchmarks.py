@@ -342,6 +342,12 @@ def test_why_stable_picks_moved_names_the_config_at_the_bands_edge_and_the_runs_
         "w8: within the band in run 2, 3, outside it in run 1 (by run: over 2% in the sweep, alone within the window, "
         "+0.0%)",
     ]
+    # a run whose config was timed again under what the hooks alone took: the autotuner's own pick
+    under = {**_pick_line(["w8"], {}, noise=None, too_noisy=True), "shared_ms": 0.0125}
+    assert pick.moved(["w4", "w8"], [picks[0], under]) == [
+        "run 2: a config was timed again in less than the autotuner's hooks alone took (12.5 us), so the "
+        "autotuner's own pick stood"
+    ]
     # w8, in every ruled run's band, is no cause; a run without a pick line says the rule never reached it
     assert pick.moved(["w4", "w8"], [picks[0], None]) == [
         "some stable runs made no stable pick here (the rule did not reach the decision)"

@@ -110,6 +110,58 @@ def test_a_config_that_fails_when_timed_again_raises_to_the_caller():
         _pick.stable(["a", "b"], {"a": 1.0, "b": 1.001}, fails, 0.01)
 
 
+# what every timing shares (an autotuner's hooks), 0.75 ms of each: the configs' own times
+# differ by 1.6% (beyond a 1% band, inside the window), their whole timings by 0.4%
+SHARED, OWN = 0.75, {"a": 0.254, "b": 0.250}
+HELD = {c: SHARED + t for c, t in OWN.items()}
+
+
+def test_the_shared_time_is_taken_off_so_the_band_is_a_share_of_the_configs_own_time():
+    asked = []
+    found = _pick.stable(["a", "b"], HELD, HELD.get, 0.01, shared=lambda: asked.append(1) or SHARED)
+    assert found.winner == "b" == found.fastest and found.candidates == ["b"]
+    assert asked == [1] and found.shared_ms == SHARED
+    assert found.timed_again["a"] == pytest.approx(OWN["a"] / OWN["b"])  # a ratio of the own times
+    assert found.rounds_ms == {"a": [HELD["a"]] * 3, "b": [HELD["b"]] * 3}  # as measured
+    # the negative control: the same timings with nothing shared keep a, first in the band
+    assert _pick.stable(["a", "b"], HELD, HELD.get, 0.01).winner == "a"
+
+
+def test_the_shared_time_is_asked_only_where_configs_are_near_and_narrows_the_window():
+    def unasked():
+        raise AssertionError("asked with a clear winner")
+
+    assert _pick.stable(["a", "b"], {"a": 1.5, "b": 1.0}, never, 0.01, shared=unasked).winner == "b"
+    # within the window by the whole timings (1% < 2%), beyond it by the own times (4%): nothing timed again
+    far = {"a": 0.75 + 0.26, "b": 0.75 + 0.25}
+    found = _pick.stable(["a", "b"], far, never, 0.01, shared=lambda: 0.75)
+    assert found.winner == "b" and found.rounds_ms == {} and found.shared_ms == 0.75
+
+
+def test_a_shared_time_not_under_every_timing_is_not_taken_off():
+    for shared in (1.0, 2.0, -0.1):  # the whole fastest timing or more, or below nothing
+        found = _pick.stable(["a", "b"], HELD, HELD.get, 0.01, shared=lambda shared=shared: shared)
+        assert found.shared_ms == 0.0 and found.winner == "a"  # as with nothing shared
+
+
+def test_a_timing_again_under_the_shared_time_keeps_the_autotuners_own_pick():
+    # a 0.8% over b by their own times, both inside the band; in one round both were timed
+    # under what the hooks alone took, which no ratio of own times survives
+    near = {"a": SHARED + 0.252, "b": SHARED + 0.250}
+    again = iter([0.70, 0.70, near["a"], near["b"]])  # b, a (reversed); then a, b
+    found = _pick.stable(["a", "b"], near, lambda c: next(again), 0.01, shared=lambda: SHARED)
+    assert found.too_noisy and found.winner == "b" == found.fastest and found.candidates == ["b"]
+    assert found.rounds_ms["a"] == [near["a"], 0.70, near["a"]]
+
+
+def test_a_shared_time_that_fails_raises_to_the_caller():
+    def fails():
+        raise RuntimeError("hooks failed")
+
+    with pytest.raises(RuntimeError, match="hooks failed"):
+        _pick.stable(["a", "b"], HELD, HELD.get, 0.01, shared=fails)
+
+
 # ---- choosing the rule --------------------------------------------------------------------
 
 
@@ -323,6 +375,96 @@ def test_a_clear_winner_is_kept_under_stable(tmp_path):
     assert found["pick"] == 32 and len(found["timed"]) == 4 + 1  # the sweep and the call: nothing timed again
 
 
+# A kernel whose autotuner restores its argument around each timing (``restore_value``), timed
+# by a clock that charges HOOK_MS to every timing and the config's own time to a launch: the
+# kernel stores its BLOCK, so the clock sees which config ran, or that none did (and whether
+# a config's own pre-hook ran then: 64, first in order, has one).  HOOKS picks the tuner's
+# hooks: "restore", "none" (the same clock, no hooks: the negative control), or "raising" (a
+# pre- and post-hook of the job's that fail when no kernel ran).
+HOOK_JOB = """
+import json, os
+import torch, triton, triton.language as tl
+
+HOOK_MS, BASE = 0.75, {64: 0.4, 16: 0.254, 32: 0.250}
+HOOKS = os.environ["HOOKS"]
+which, timed, copies, config_hooks = torch.zeros(1, dtype=torch.int32), [], [], []
+
+def bench(kernel_call, quantiles=None, **kw):
+    which.zero_()
+    before = len(config_hooks)
+    kernel_call()
+    timed.append(int(which[0]) or ("alone, a config's hook ran" if len(config_hooks) > before else 0))
+    t = HOOK_MS + BASE.get(timed[-1], 0.0)
+    return [t, t, t]
+
+def config_hook(nargs):  # 64's own: not every config's, so not in what the hooks alone take
+    config_hooks.append(nargs["BLOCK"])
+
+def pre(nargs, reset_only=False):
+    copies.append(nargs["x_ptr"].clone())
+
+def post(nargs, exception):
+    nargs["x_ptr"].copy_(copies.pop())
+    if not int(which[0]):
+        raise ValueError("no kernel ran")
+
+hooks = {"restore": {"restore_value": ["x_ptr"]}, "none": {}, "raising": {"pre_hook": pre, "post_hook": post}}[HOOKS]
+
+configs = [triton.Config({"BLOCK": b}, pre_hook=config_hook if b == 64 else None) for b in BASE]
+
+@triton.autotune(configs=configs, key=["n"], do_bench=bench, **hooks)
+@triton.jit
+def add_one(x_ptr, which_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=m) + 1, mask=m)
+    tl.store(which_ptr, BLOCK)
+
+kernel = add_one.fn
+x = torch.zeros(256)
+add_one[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, which, 256)
+print(json.dumps({"pick": add_one.best_config.kwargs["BLOCK"], "timed": timed, "sum": float(x.sum()),
+                  "fn_back": add_one.fn is kernel}))
+"""
+
+
+def hooked(tmp_path, hooks, rule="stable"):
+    """The hook job in a fresh process under ``rule``: what it printed, its decision line, stderr."""
+    (tmp_path / "hook_job.py").write_text(HOOK_JOB)
+    decisions = tmp_path / f"{hooks}-{rule}.jsonl"
+    env = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "HOOKS": hooks, "CLEANFLUSH": "1"}
+    env.update(CLEANFLUSH_PICK=rule, CLEANFLUSH_DECISIONS=str(decisions))
+    child = subprocess.run([sys.executable, str(tmp_path / "hook_job.py")], env=env, capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr[-3000:]
+    lines = [json.loads(line) for line in decisions.read_text().splitlines()]
+    (line,) = [d for d in lines if d["kind"] == "triton"]
+    return json.loads(child.stdout.strip().splitlines()[-1]), line, child.stderr
+
+
+@needs_autotune_do_bench
+def test_a_tuners_restore_hooks_are_timed_alone_and_taken_off_each_timing(tmp_path):
+    found, line, _ = hooked(tmp_path, "restore")
+    # the own times differ by 1.6%, beyond the band: the faster is kept, though the whole
+    # timings (0.4% apart) put both in it
+    assert found["pick"] == 32 and line["pick"]["candidates"] == [line["winner"]]
+    assert found["timed"].count(0) == 1 and line["pick"]["shared_ms"] == 0.75  # the hooks, timed once
+    assert found["fn_back"] and found["sum"] == 256  # the kernel back in place, its argument restored
+    # the negative control: the same clock, no hooks, so nothing shared; the first in the band
+    found, line, _ = hooked(tmp_path, "none")
+    assert found["pick"] == 16 and 0 not in found["timed"] and line["pick"]["shared_ms"] == 0.0
+    # with the rule off nothing is timed alone: the autotuner's own timings, its own pick
+    found, line, _ = hooked(tmp_path, "restore", rule="fastest")
+    assert found["pick"] == 32 and 0 not in found["timed"] and "pick" not in line
+
+
+@needs_autotune_do_bench
+def test_hooks_that_fail_when_timed_alone_keep_the_autotuners_pick_said_once(tmp_path):
+    found, line, stderr = hooked(tmp_path, "raising")
+    assert found["pick"] == 32 and found["fn_back"] and found["sum"] == 256 and "pick" not in line
+    said = [text for text in stderr.splitlines() if "kept the autotuner's own pick" in text]
+    assert len(said) == 1 and "hooks failed when timed alone" in said[0] and "no kernel ran" in said[0]
+
+
 def test_uninstall_gives_the_autotuner_its_own_cache_dict_back():
     mine = {}
     tuner = types.SimpleNamespace(cache=mine, base_fn=types.SimpleNamespace(__module__="lib", __name__="k"))
@@ -409,6 +551,7 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
         found = {"kind": "triton", "op": "lib.k", "key": key, "timings_ms": {"A": 1.0}, "winner": winner}
         if rule:
             found["pick"] = {"rule": "stable", "band": 0.01 if key == "1" else 0.025, "candidates": ["A", "B"]}
+            found["pick"]["shared_ms"] = 0.0 if key == "1" else 0.0125  # the hooks timed alone, in 2
         return found
 
     calls = {"kind": "calls", "op": "lib.k", "counts": {"1": 3, "2": 1, "3": 5}}
@@ -447,8 +590,9 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
         "    stable bands 1.0%-1.0%, 2 config(s) in them",
         f"    stable / fastest {10.0 / 10.5:.4f} by price (noise 0.2%): faster",
     ]
-    assert lines[two + 3 : two + 5] == [
+    assert lines[two + 3 : two + 6] == [
         "    stable bands 2.5%-2.5%, 2 config(s) in them",
+        "    the autotuner's hooks, timed alone: 12.5-12.5 us, taken off each timing",
         f"    stable / fastest {12.0 / 10.0:.4f} by price (noise 0.2%): slower",
     ]
     assert "  lib.k 3" not in lines  # every run of both rules picked A

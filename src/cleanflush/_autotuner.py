@@ -12,6 +12,11 @@ A single config, or a key read from Triton's disk cache (``cache_results=True``:
 fastest of the timings the file holds, the same in every process that reads it): nothing
 timed, so the autotuner's own pick stands.  ``fastest`` costs nothing:
 ``_bench`` checks the rule and returns.
+
+A tuner with hooks (``restore_value``, ``reset_to_zero``, a pre- or post-hook) runs them
+inside every config's timing; where configs are near, the stable rule has ``_bench`` time
+them once more with nothing launched (``NotLaunched`` in the tuner's ``fn`` for that call),
+and takes that off each timing (``_pick.stable``'s ``shared``).
 """
 
 from __future__ import annotations
@@ -91,11 +96,26 @@ class TunerCache(MutableMapping[Any, Any]):
             finally:
                 self.timing_again = False
 
+        def hooks_ms() -> float:
+            # the tuner's hooks run inside every config's timing: timed alone by its own
+            # _bench and flush, with a config of no hook of its own and nothing launched
+            plain = next((c for c in timings if getattr(c, "pre_hook", None) is None), None)
+            if plain is None or not has_hooks(self.tuner) or "fn" not in vars(self.tuner):
+                return 0.0
+            kernel = self.tuner.fn
+            try:
+                self.tuner.fn = NOT_LAUNCHED
+                return time_again(plain)
+            except Exception as exc:  # anything the hooks alone raise: the autotuner's own pick
+                raise RuntimeError(f"its hooks failed when timed alone ({exc!r})") from exc
+            finally:
+                self.tuner.fn = kernel
+
         timings = {config: ms(t) for config, t in timed.items()}
         if own not in timings or timings[own] != min(_pick.finite(timings).values(), default=None):
             return own  # a subclass that picks by a rule of its own: its pick stands
         try:
-            found = _pick.stable(list(timings), timings, time_again, _pick.floor())
+            found = _pick.stable(list(timings), timings, time_again, _pick.floor(), shared=hooks_ms)
         # a config that fails when timed again (Triton's own failures come back as inf; a
         # launch or CUDA error is a RuntimeError): the autotuner's own pick, said once
         except RuntimeError as exc:
@@ -103,6 +123,27 @@ class TunerCache(MutableMapping[Any, Any]):
             return own
         self.picked[key] = found
         return found.winner
+
+
+class NotLaunched:
+    """A kernel that launches nothing: ``_bench`` with it in the tuner's place times the hooks alone."""
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+NOT_LAUNCHED = NotLaunched()
+# the lists of arguments a tuner restores or zeroes around each timing (names from triton
+# 3.2 on, positions before), and the flags 3.2 on sets for a pre- or post-hook of the job's
+HOOK_LISTS = ("restore_value", "reset_to_zero", "restore_idx", "reset_idx")
+HOOK_FLAGS = ("user_defined_pre_hook", "user_defined_post_hook")
+
+
+def has_hooks(tuner: Any) -> bool:
+    """Whether each of the tuner's timings runs hooks of the tuner's around the kernel."""
+    return any(getattr(tuner, name, None) for name in HOOK_LISTS) or any(
+        getattr(tuner, name, False) is True for name in HOOK_FLAGS
+    )
 
 
 def cache_of(tuner: Any) -> TunerCache | None:

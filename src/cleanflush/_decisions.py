@@ -77,6 +77,7 @@ class PickLine(TypedDict):
     timed_again: dict[str, float]  # each config's median over the rounds' fastest
     too_noisy: bool  # the noise was over twice the floor: the autotuner's own pick was kept
     rounds_ms: NotRequired[dict[str, list[float]]]  # each config's time in each round, the sweep's first
+    shared_ms: NotRequired[float]  # what every timing held that was no config's own (the hooks), taken off
 
 
 class Tuned(TypedDict):
@@ -138,6 +139,7 @@ def pick_line(picked: Picked, label: Callable[[Any], str] = str) -> PickLine:
         "timed_again": {label(c): t for c, t in picked.timed_again.items()},
         "too_noisy": picked.too_noisy,
         "rounds_ms": {label(c): ts for c, ts in picked.rounds_ms.items()},
+        "shared_ms": picked.shared_ms,
     }
 
 

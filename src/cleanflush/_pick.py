@@ -16,6 +16,12 @@ decided by timing noise, so fresh processes and ranks pick differently.
 3. of the configs within the band of the best median, the first in the autotuner's own order
    is kept.
 
+Where every timing also holds work that is no config's own (a Triton autotuner's
+``restore_value`` copies and ``reset_to_zero`` zeroing run inside each timed call), that
+shared time, timed alone by the caller, is taken off every timing first: otherwise it
+dilutes the band, and configs whose own time differs by several floors fall inside it
+(benchmarks/results/h200/pick.json, gemlite's GEMV; docs/pick.md).
+
 A config alone in the window is kept, with nothing timed again.  Noise over ``WINDOW`` x the
 floor keeps the autotuner's own pick: near-ties cannot be told apart at a cost under the floor
 there (benchmarks/results/h200/pick.json, gemlite at a 2% floor, before this cap).
@@ -112,6 +118,9 @@ class Picked:
     # each config's time (ms) in each round, the sweep's first: what the ratios hide (a round
     # the whole GPU ran slow in) stays readable where a decision's noise needs explaining
     rounds_ms: dict[Any, list[float]] = field(default_factory=dict)
+    # what every timing held that was no config's own (an autotuner's hooks, timed alone),
+    # taken off each timing before the ratios: the band is a share of the configs' own time
+    shared_ms: float = 0.0
 
 
 def finite(timings: dict[C, float]) -> dict[C, float]:
@@ -128,16 +137,31 @@ def ran(ms: Any, config: object) -> float:
 
 
 def stable(
-    order: Sequence[C], timings: dict[C, float], time_again: Callable[[C], float], floor: float, rounds: int = ROUNDS
+    order: Sequence[C],
+    timings: dict[C, float],
+    time_again: Callable[[C], float],
+    floor: float,
+    rounds: int = ROUNDS,
+    shared: Callable[[], float] | None = None,
 ) -> Picked:
     """The stable pick among ``order`` (the autotuner's configs, its order), from its
-    ``timings`` (ms) and ``time_again(config)`` (one more timing, ms).  Raises what
-    ``time_again`` raises: the caller keeps the autotuner's own pick then."""
+    ``timings`` (ms) and ``time_again(config)`` (one more timing, ms).  ``shared()``, asked
+    once where configs are near, is what every timing holds that is no config's own (ms: an
+    autotuner's hooks); it is taken off each timing, so the band is a share of the configs'
+    own time.  Raises what ``time_again`` or ``shared`` raises: the caller keeps the
+    autotuner's own pick then."""
     ran = finite(timings)
     fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
-    near = [c for c in order if c in ran and ran[c] <= ran[fastest] * (1 + WINDOW * floor)]
+    near = window(order, ran, fastest, floor, 0.0)
     if len(near) < 2:
         return Picked(fastest, fastest, floor, floor, None, [fastest])
+    # what every timing shares narrows the window, never widens it: asked only here
+    held = float(shared()) if shared is not None else 0.0
+    if not 0.0 <= held < ran[fastest]:  # more than a whole timing: not a part of each, so not taken off
+        held = 0.0
+    near = window(order, ran, fastest, floor, held)
+    if len(near) < 2:
+        return Picked(fastest, fastest, floor, floor, None, [fastest], shared_ms=held)
     if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
         head = near[: MOST_TIMED_AGAIN - 1]
         near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
@@ -146,16 +170,26 @@ def stable(
     for r in range(1, rounds):
         for c in near[::-1] if r % 2 else near:
             rounds_ms[c].append(float(time_again(c)))
-    # each config's time over its round's fastest: a round the whole GPU ran slow in cancels
-    least = [min(ts[r] for ts in rounds_ms.values()) for r in range(rounds)]
-    ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in rounds_ms.items()}
+    own = {c: [t - held for t in ts] for c, ts in rounds_ms.items()}
+    if min(min(ts) for ts in own.values()) <= 0:  # a config timed again under the shared time
+        return Picked(fastest, fastest, floor, floor, None, [fastest], {}, True, rounds_ms, held)
+    # each timing over its round's fastest: a round the whole GPU ran slow in cancels
+    least = [min(ts[r] for ts in own.values()) for r in range(rounds)]
+    ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in own.items()}
     medians = {c: statistics.median(rs) for c, rs in ratios.items()}
     # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
     # the median over the configs: one config that stalled once does not widen it
     noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())
     band = max(floor, noise)
     if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
-        return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms)
+        return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held)
     best = min(medians.values())
     inside = [c for c in near if medians[c] <= best * (1 + band)]
-    return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms)
+    return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms, held)
+
+
+def window(order: Sequence[C], ran: dict[C, float], fastest: C, floor: float, held: float) -> list[C]:
+    """The configs timed again: within ``WINDOW`` x the floor of the fastest, each timing
+    less ``held`` (what every timing shares), in the autotuner's order."""
+    edge = (ran[fastest] - held) * (1 + WINDOW * floor)
+    return [c for c in order if c in ran and ran[c] - held <= edge]

@@ -163,3 +163,68 @@ def test_inductors_algorithm_selection_is_under_the_rule_in_fresh_processes(tmp_
         f"the two stable runs kept the same choice in {sum(picks[0].get(k) == w for k, w in picks[1].items())} "
         f"of {len(picks[1])}"
     )
+
+
+# A memory-bound in-place kernel whose autotuner restores its output around each timing
+# (``restore_value``): every timing holds a copy of y and a copy back, the same for every
+# config, which the stable rule times alone and takes off.
+RESTORE_JOB = """
+import json, torch, triton, triton.language as tl
+import cleanflush
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (1024, 2048, 4096) for w in (4, 8)],
+                 key=["n"], restore_value=["y_ptr"])
+@triton.jit
+def axpy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(y_ptr + i, tl.load(y_ptr + i, mask=m) + 2 * tl.load(x_ptr + i, mask=m), mask=m)
+
+n = 1 << 24
+x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+want = y + 2 * x
+axpy[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
+torch.testing.assert_close(y, want)  # one call's update: every timing's was undone
+
+# the hooks' own GPU time, by the profiler after a plain read of 256 MiB (no flush of ours):
+# Triton's restore hook is a clone and a copy back
+plain = torch.empty(1 << 26, device="cuda")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    for _ in range(20):
+        plain.sum()
+        copy = y.clone()
+        y.copy_(copy)
+    torch.cuda.synchronize()
+reads = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "reduce" in e.name]
+copies = sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) - sum(
+    e.device_time for e in reads)
+print(json.dumps({"hooks_us": copies / 20}))
+"""
+
+
+def test_a_tuners_restore_copies_are_timed_alone_and_taken_off_on_a_real_kernel(tmp_path):
+    job = tmp_path / "restore_job.py"
+    job.write_text(RESTORE_JOB)
+    for attempt in range(3):  # near-ties among six configs of a copy-bound kernel: nearly every run
+        decisions = tmp_path / f"{attempt}.jsonl"
+        env = {**environ_without_cleanflush(), "CLEANFLUSH": "1", "CLEANFLUSH_PICK": "stable"}
+        env.update(CLEANFLUSH_DECISIONS=str(decisions), TEARDOWN_CUPTI="1")
+        child = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, env=env, timeout=300)
+        assert child.returncode == 0, child.stderr[-3000:]
+        hooks_us = json.loads(child.stdout.strip().splitlines()[-1])["hooks_us"]
+        (d,) = [json.loads(line) for line in decisions.read_text().splitlines() if '"triton"' in line]
+        if d["pick"]["rounds_ms"]:
+            break
+    rule = d["pick"]
+    shared_us, fastest_us = rule["shared_ms"] * 1e3, min(d["timings_ms"].values()) * 1e3
+    print(
+        f"\nhooks timed alone {shared_us:.1f} us, their copies by the profiler {hooks_us:.1f} us, "
+        f"fastest timing {fastest_us:.1f} us; band {rule['band']:.2%}, noise {rule['noise']}, "
+        f"{len(rule['candidates'])} within it of {len(rule['timed_again'])} timed again"
+    )
+    assert rule["rounds_ms"], "no run had configs near enough to time again"
+    assert 0 < shared_us < fastest_us
+    # the same copies as the profiler sees them, give or take their launches and a cold start
+    assert 0.7 < shared_us / hooks_us < 1.6
+    again = rule["timed_again"]
+    assert d["winner"] in rule["candidates"] and again[d["winner"]] <= min(again.values()) * (1 + rule["band"]) + 1e-12

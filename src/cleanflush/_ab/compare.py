@@ -446,6 +446,9 @@ def _pick_decision(
         calls=calls,
         priced=False,
     )
+    shared = [r.get("shared_ms", 0.0) for r in rules if r]
+    if any(shared):  # the autotuner's hooks, timed alone and taken off before the band
+        found["shared_ms"] = shared
     picks = set(f_win) | set(s_win)
     if len(picks) == 1:
         return found  # every run picked alike: nothing to price

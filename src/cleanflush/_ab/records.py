@@ -174,6 +174,7 @@ class PickDecision(TypedDict):
     stable_winners: list[str]
     bands: list[float]  # each stable run's band
     candidates: list[str]  # every config a stable run kept within its band
+    shared_ms: NotRequired[list[float]]  # each stable run's hooks' time taken off its timings, where any
     calls: float | None
     priced: bool
     not_priced: NotRequired[str]

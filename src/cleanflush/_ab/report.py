@@ -86,6 +86,9 @@ def _pick_decision_lines(d: PickDecision) -> list[str]:
         found.append(
             f"    stable bands {min(d['bands']):.1%}-{max(d['bands']):.1%}, {len(d['candidates'])} config(s) in them"
         )
+    if "shared_ms" in d:
+        us = [1e3 * t for t in d["shared_ms"]]
+        found.append(f"    the autotuner's hooks, timed alone: {min(us):.1f}-{max(us):.1f} us, taken off each timing")
     if d["priced"]:
         ratio, noise = d["stable_over_fastest"], d["noise"]
         size = "within the noise" if abs(ratio - 1) <= noise else ("slower" if ratio > 1 else "faster")
