@@ -103,11 +103,9 @@ class TunerCache(MutableMapping[Any, Any]):
             if plain is None or not has_hooks(self.tuner) or "fn" not in vars(self.tuner):
                 return 0.0
             kernel = self.tuner.fn
+            self.tuner.fn = NOT_LAUNCHED
             try:
-                self.tuner.fn = NOT_LAUNCHED
                 return time_again(plain)
-            except Exception as exc:  # anything the hooks alone raise: the autotuner's own pick
-                raise RuntimeError(f"its hooks failed when timed alone ({exc!r})") from exc
             finally:
                 self.tuner.fn = kernel
 
@@ -116,10 +114,13 @@ class TunerCache(MutableMapping[Any, Any]):
             return own  # a subclass that picks by a rule of its own: its pick stands
         try:
             found = _pick.stable(list(timings), timings, time_again, _pick.floor(), shared=hooks_ms)
-        # a config that fails when timed again (Triton's own failures come back as inf; a
-        # launch or CUDA error is a RuntimeError): the autotuner's own pick, said once
-        except RuntimeError as exc:
-            warn_once(f"pick:{self.op}", f"the stable pick of {self.op} kept the autotuner's own pick ({exc!r})")
+        # a config, or the tuner's hooks alone, failing when timed again (Triton's own failures
+        # come back as inf; a launch or CUDA error is a RuntimeError): the autotuner's own pick
+        except Exception as exc:  # a job's hook may raise anything: its tuning goes on, said once
+            warn_once(
+                f"pick:{self.op}",
+                f"the stable pick of {self.op} kept the autotuner's own pick: timing again raised {exc!r}",
+            )
             return own
         self.picked[key] = found
         return found.winner
