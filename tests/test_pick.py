@@ -308,13 +308,19 @@ print(json.dumps({"pick": add_one.best_config.kwargs["BLOCK"], "timings": timing
 """
 
 
-def tuned(tmp_path, seed, **env):
-    job = tmp_path / "tie_job.py"
-    job.write_text(TIE_JOB)
-    full = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "SEED": str(seed), **env}
+def interpreted(tmp_path, name, source, **env):
+    """``source`` run as ``name`` in a fresh process under Triton's interpreter (Triton
+    compiles a kernel from its file): what it printed last, as JSON, and its stderr."""
+    job = tmp_path / name
+    job.write_text(source)
+    full = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", **env}
     child = subprocess.run([sys.executable, str(job)], env=full, capture_output=True, text=True, timeout=120)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1]), child.stderr
+
+
+def tuned(tmp_path, seed, **env):
+    return interpreted(tmp_path, "tie_job.py", TIE_JOB, SEED=str(seed), **env)
 
 
 SEEDS = range(6)  # seeds under which the autotuner's own pick differs between processes (checked below)
@@ -366,12 +372,7 @@ def test_a_clear_winner_is_kept_under_stable(tmp_path):
     job = TIE_JOB.replace(
         "BASE = {16: 1.000, 32: 1.003, 64: 1.006, 128: 1.5}", "BASE = {16: 1.2, 32: 1.0, 64: 1.3, 128: 1.5}"
     )
-    (tmp_path / "tie_job.py").write_text(job)
-    full = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "SEED": "0"}
-    full.update(CLEANFLUSH="1", CLEANFLUSH_PICK="stable")
-    child = subprocess.run([sys.executable, str(tmp_path / "tie_job.py")], env=full, capture_output=True, text=True)
-    assert child.returncode == 0, child.stderr[-3000:]
-    found = json.loads(child.stdout.strip().splitlines()[-1])
+    found, _ = interpreted(tmp_path, "tie_job.py", job, SEED="0", CLEANFLUSH="1", CLEANFLUSH_PICK="stable")
     assert found["pick"] == 32 and len(found["timed"]) == 4 + 1  # the sweep and the call: nothing timed again
 
 
@@ -430,15 +431,11 @@ print(json.dumps({"pick": add_one.best_config.kwargs["BLOCK"], "timed": timed, "
 
 def hooked(tmp_path, hooks, rule="stable"):
     """The hook job in a fresh process under ``rule``: what it printed, its decision line, stderr."""
-    (tmp_path / "hook_job.py").write_text(HOOK_JOB)
     decisions = tmp_path / f"{hooks}-{rule}.jsonl"
-    env = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "HOOKS": hooks, "CLEANFLUSH": "1"}
-    env.update(CLEANFLUSH_PICK=rule, CLEANFLUSH_DECISIONS=str(decisions))
-    child = subprocess.run([sys.executable, str(tmp_path / "hook_job.py")], env=env, capture_output=True, text=True)
-    assert child.returncode == 0, child.stderr[-3000:]
-    lines = [json.loads(line) for line in decisions.read_text().splitlines()]
-    (line,) = [d for d in lines if d["kind"] == "triton"]
-    return json.loads(child.stdout.strip().splitlines()[-1]), line, child.stderr
+    env = {"HOOKS": hooks, "CLEANFLUSH": "1", "CLEANFLUSH_PICK": rule, "CLEANFLUSH_DECISIONS": str(decisions)}
+    found, stderr = interpreted(tmp_path, "hook_job.py", HOOK_JOB, **env)
+    (line,) = [d for d in map(json.loads, decisions.read_text().splitlines()) if d["kind"] == "triton"]
+    return found, line, stderr
 
 
 @needs_autotune_do_bench

@@ -212,7 +212,7 @@ def test_a_tuners_restore_copies_are_timed_alone_and_taken_off_on_a_real_kernel(
         child = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, env=env, timeout=300)
         assert child.returncode == 0, child.stderr[-3000:]
         hooks_us = json.loads(child.stdout.strip().splitlines()[-1])["hooks_us"]
-        (d,) = [json.loads(line) for line in decisions.read_text().splitlines() if '"triton"' in line]
+        (d,) = [d for d in map(json.loads, decisions.read_text().splitlines()) if d["kind"] == "triton"]
         if d["pick"]["rounds_ms"]:
             break
     rule = d["pick"]
