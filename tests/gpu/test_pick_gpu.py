@@ -169,7 +169,7 @@ def test_inductors_algorithm_selection_is_under_the_rule_in_fresh_processes(tmp_
 # (``restore_value``): every timing holds a copy of y and a copy back, the same for every
 # config, which the stable rule times alone and takes off.
 RESTORE_JOB = """
-import json, torch, triton, triton.language as tl
+import json, os, torch, triton, triton.language as tl
 import cleanflush
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (1024, 2048, 4096) for w in (4, 8)],
@@ -198,7 +198,10 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
 reads = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "reduce" in e.name]
 copies = sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) - sum(
     e.device_time for e in reads)
-print(json.dumps({"hooks_us": copies / 20}))
+print(json.dumps({"hooks_us": copies / 20}), flush=True)
+# a process whose last CUDA work is a profiler session under TEARDOWN_CUPTI=1 can hang at
+# exit, with neither Triton nor cleanflush in it (Kineto's CUPTI teardown, pytorch/kineto#1554)
+os._exit(0)
 """
 
 
