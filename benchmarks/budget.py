@@ -6,6 +6,9 @@ Every flush runs through Triton's ``driver.active.clear_cache``, as do_bench cal
   write-read                 the default: L2 / 8 of the cache zeroed, then 2 x L2 read, the read
                              holding the stream where the GPU has caught up (the handshake)
   write-read, spin only      the same with the simpler hold (``common.hold_design``)
+  write-read, 120 us in do_bench
+                             the same with the hold's bound in do_bench's queued loop kept at
+                             120 us (``common.SHORT_BOUND``): what the 1 ms bound costs samples
   read                       2 x L2 read, nothing written, holding as write-read does
   reference                  a plain float32 ``sum()`` of a 256 MiB buffer of its own in place of
                              ``clear_cache`` (cleanflush uninstalled): shares no code with the others
@@ -33,10 +36,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .common import LLAMA_SHAPES, MiB, Results, central_mean, flush_time_us, flushing, hold_design, progress
+from .common import (
+    LLAMA_SHAPES,
+    SHORT_BOUND,
+    MiB,
+    Results,
+    central_mean,
+    flush_time_us,
+    flushing,
+    hold_design,
+    progress,
+)
 
 ROUNDS = 4
-CANDIDATES = ("stock", "write-read", "write-read, spin only", "read", "reference", "reference again")
+SHORT = "write-read, 120 us in do_bench"
+CANDIDATES = ("stock", "write-read", "write-read, spin only", SHORT, "read", "reference", "reference again")
 NCU_SHAPE = (28672, 4096)
 REFERENCE_BYTES = 256 * MiB
 
@@ -67,7 +81,14 @@ def contexts() -> dict[str, Callable[[], contextlib.AbstractContextManager[Any]]
     out: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
         name: (lambda name=name: flushing(name)) for name in ("stock", "write-read", "read")
     }
+
+    @contextlib.contextmanager
+    def short_bound() -> Iterator[None]:
+        with flushing("write-read"), hold_design(SHORT_BOUND):
+            yield
+
     out["write-read, spin only"] = spin_only
+    out[SHORT] = short_bound
     out["reference"] = out["reference again"] = reference
     return {name: out[name] for name in CANDIDATES}
 
@@ -178,13 +199,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
 
 def table(summary: dict[str, dict[str, dict[str, float]]], ncu: dict[str, float] | str) -> str:
     lines = [
-        f"{'shape':13} {'flush':24} {'cost us':>8} {'samples':>7} {'do_bench/ref':>12} {'range':>6} "
+        f"{'shape':13} {'flush':31} {'cost us':>8} {'samples':>7} {'do_bench/ref':>12} {'range':>6} "
         f"{'loop/ref':>8} {'kernel/ref':>10}"
     ]
     for shape, flushes in summary.items():
         for name, m in flushes.items():
             lines.append(
-                f"{shape:13} {name:24} {m['flush_us']:8.1f} {m['samples']:7.0f} {m['do_bench_us/ref']:12.3f} "
+                f"{shape:13} {name:31} {m['flush_us']:8.1f} {m['samples']:7.0f} {m['do_bench_us/ref']:12.3f} "
                 f"{m['do_bench_range/ref']:6.3f} {m['loop_us/ref']:8.3f} {m['kernel_us/ref']:10.3f}"
             )
     lines.append(f"ncu, MB the 28672x4096 GEMM writes after each: {ncu}")
