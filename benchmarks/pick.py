@@ -78,6 +78,7 @@ def run_job(job: str, work: str, runs: int = RUNS) -> dict[str, Any]:
         agreement=picks["agreement"],
         total=picks["total"],
         wall_s=picks["wall_s"],
+        again_s=picks.get("again_s"),
         decisions=_with_runs([_decision(d) for d in picks["decisions"]], runs_of),
         spread=_spread(runs_of),
         pricing_s=result["pricing_s"],

@@ -102,6 +102,23 @@ def test_at_most_four_are_timed_again_the_first_in_order_and_the_fastest_after_t
     assert found.winner == "a"
 
 
+def test_the_pick_carries_the_wall_time_of_its_own_timing_the_hooks_alone_included():
+    now = [0.0]  # a clock each timing moves: 1 s a config timed again, 0.5 s the hooks alone
+
+    def again(config):
+        now[0] += 1.0
+        return HELD[config]
+
+    def hooks():
+        now[0] += 0.5
+        return SHARED
+
+    found = _pick.stable(["a", "b"], HELD, again, 0.01, shared=hooks, clock=lambda: now[0])
+    assert found.again_s == 2 * (_pick.ROUNDS - 1) * 1.0 + 0.5
+    # a clear winner: nothing timed, nothing taken
+    assert _pick.stable(["a", "b"], {"a": 1.5, "b": 1.0}, never, 0.01, clock=lambda: now[0]).again_s == 0.0
+
+
 def test_a_config_that_fails_when_timed_again_raises_to_the_caller():
     def fails(config):
         raise RuntimeError("launch failed")
@@ -445,6 +462,7 @@ def test_a_tuners_restore_hooks_are_timed_alone_and_taken_off_each_timing(tmp_pa
     # timings (0.4% apart) put both in it
     assert found["pick"] == 32 and line["pick"]["candidates"] == [line["winner"]]
     assert found["timed"].count(0) == 1 and line["pick"]["shared_ms"] == 0.75  # the hooks, timed once
+    assert line["pick"]["again_s"] > 0  # what the rule took, on the process's own clock
     assert found["fn_back"] and found["sum"] == 256  # the kernel back in place, its argument restored
     # the negative control: the same clock, no hooks, so nothing shared; the first in the band
     found, line, _ = hooked(tmp_path, "none")
@@ -563,6 +581,7 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
         if rule:
             found["pick"] = {"rule": "stable", "band": 0.01 if key == "1" else 0.025, "candidates": ["A", "B"]}
             found["pick"]["shared_ms"] = 0.0 if key == "1" else 0.0125  # the hooks timed alone, in 2
+            found["pick"]["again_s"] = 0.5 if key == "1" else 0.25  # 1.0 s a run
         return found
 
     calls = {"kind": "calls", "op": "lib.k", "counts": {"1": 3, "2": 1, "3": 5}}
@@ -608,8 +627,18 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
     ]
     assert "  lib.k 3" not in lines  # every run of both rules picked A
     total = (3 * 10.0 + 1 * 12.0) / (3 * 10.5 + 1 * 10.0)
-    assert f"job, over the 2 priced decision(s) whose calls were counted: stable / fastest {total:.4f}" in lines[-2]
-    assert lines[-1] == "wall time a run, median: fastest 11.0 s, stable 12.0 s (+9.1%)"
+    assert f"job, over the 2 priced decision(s) whose calls were counted: stable / fastest {total:.4f}" in lines[-3]
+    assert lines[-2:] == [
+        "wall time a run, median: fastest 11.0 s, stable 12.0 s (+9.1%)",
+        "  of a stable run, the rule's own timing (configs again, hooks alone), median: 1.0 s",
+    ]
+    # lines from before the rule's time was recorded: no such line
+    for run in stable:
+        for d in run:
+            del d["pick"]["again_s"]
+    assert "the rule's own timing" not in report.format_report(
+        {**result, "picks": compare.compare_picks(fastest, stable, priced, codes)}
+    )
 
 
 # ---- Inductor's algorithm selection, for real, on CPU -------------------------------------

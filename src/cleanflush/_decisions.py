@@ -78,6 +78,7 @@ class PickLine(TypedDict):
     too_noisy: bool  # the noise was over twice the floor: the autotuner's own pick was kept
     rounds_ms: NotRequired[dict[str, list[float]]]  # each config's time in each round, the sweep's first
     shared_ms: NotRequired[float]  # what every timing held that was no config's own (the hooks), taken off
+    again_s: NotRequired[float]  # the wall time the rule added to tuning (timing again, the hooks alone)
 
 
 class Tuned(TypedDict):
@@ -140,6 +141,7 @@ def pick_line(picked: Picked, label: Callable[[Any], str] = str) -> PickLine:
         "too_noisy": picked.too_noisy,
         "rounds_ms": {label(c): ts for c, ts in picked.rounds_ms.items()},
         "shared_ms": picked.shared_ms,
+        "again_s": picked.again_s,
     }
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -121,6 +122,9 @@ class Picked:
     # what every timing held that was no config's own (an autotuner's hooks, timed alone),
     # taken off each timing before the ratios: the band is a share of the configs' own time
     shared_ms: float = 0.0
+    # the wall time the rule took beyond the autotuner's own sweep (timing again, the hooks
+    # alone): what it adds to tuning, per decision
+    again_s: float = 0.0
 
 
 def finite(timings: dict[C, float]) -> dict[C, float]:
@@ -143,13 +147,28 @@ def stable(
     floor: float,
     rounds: int = ROUNDS,
     shared: Callable[[], float] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Picked:
     """The stable pick among ``order`` (the autotuner's configs, its order), from its
     ``timings`` (ms) and ``time_again(config)`` (one more timing, ms).  ``shared()``, asked
     once where configs are near, is what every timing holds that is no config's own (ms: an
     autotuner's hooks); it is taken off each timing, so the band is a share of the configs'
-    own time.  Raises what ``time_again`` or ``shared`` raises: the caller keeps the
-    autotuner's own pick then."""
+    own time.  The pick carries the wall time it took by ``clock`` (s).  Raises what
+    ``time_again`` or ``shared`` raises: the caller keeps the autotuner's own pick then."""
+    started = clock()
+    picked = _stable(order, timings, time_again, floor, rounds, shared)
+    picked.again_s = clock() - started
+    return picked
+
+
+def _stable(
+    order: Sequence[C],
+    timings: dict[C, float],
+    time_again: Callable[[C], float],
+    floor: float,
+    rounds: int,
+    shared: Callable[[], float] | None,
+) -> Picked:
     ran = finite(timings)
     fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
     near = window(order, ran, fastest, floor, 0.0)

@@ -419,7 +419,7 @@ def compare_picks(
     for code in codes:
         if code.get("side") in walls and "wall_s" in code:
             walls[code["side"]].append(code["wall_s"])
-    return {
+    found: PickComparison = {
         "decisions": decisions,
         "agreement": _agreement(
             fastest, stable, len(fastest_runs), len(stable_runs), decisions, names=(FASTEST, STABLE)
@@ -428,6 +428,10 @@ def compare_picks(
         "wall_s": walls,
         "only_one_side": [list(k) for k in fastest if k not in stable] + [list(k) for k in stable if k not in fastest],
     }
+    again = [[d["pick"]["again_s"] for d in run if "again_s" in d.get("pick", {})] for run in stable_runs]
+    if any(again):  # what the rule's own timing took of each stable run's wall time
+        found["again_s"] = [sum(a) for a in again]
+    return found
 
 
 def _pick_decision(

@@ -200,6 +200,7 @@ class PickComparison(TypedDict):
     agreement: dict[str, Agreement]
     total: PickTotal
     wall_s: dict[str, list[float]]  # each side's runs' wall times
+    again_s: NotRequired[list[float]]  # each stable run's time in the rule's own timing (again, hooks alone)
     only_one_side: list[list[str]]
 
 

@@ -116,6 +116,9 @@ def _pick_total_lines(picks: PickComparison) -> list[str]:
     if walls.get("fastest") and walls.get("stable"):
         f, s = statistics.median(walls["fastest"]), statistics.median(walls["stable"])
         lines.append(f"wall time a run, median: fastest {f:.1f} s, stable {s:.1f} s ({s / f - 1:+.1%})")
+    if picks.get("again_s"):
+        again = statistics.median(picks["again_s"])
+        lines.append(f"  of a stable run, the rule's own timing (configs again, hooks alone), median: {again:.1f} s")
     return lines
 
 
