@@ -155,56 +155,49 @@ def stable(
     autotuner's hooks); it is taken off each timing, so the band is a share of the configs'
     own time.  The pick carries the wall time it took by ``clock`` (s).  Raises what
     ``time_again`` or ``shared`` raises: the caller keeps the autotuner's own pick then."""
+
+    def decide() -> Picked:
+        ran = finite(timings)
+        fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
+        near = window(order, ran, fastest, floor, 0.0)
+        if len(near) < 2:
+            return Picked(fastest, fastest, floor, floor, None, [fastest])
+        # what every timing shares narrows the window, never widens it: asked only here
+        held = float(shared()) if shared is not None else 0.0
+        if not 0.0 <= held < ran[fastest]:  # more than a whole timing: not a part of each, so not taken off
+            held = 0.0
+        near = window(order, ran, fastest, floor, held)
+        if len(near) < 2:
+            return Picked(fastest, fastest, floor, floor, None, [fastest], shared_ms=held)
+        if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
+            head = near[: MOST_TIMED_AGAIN - 1]
+            near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
+        # the sweep is the first round, then reversed and in order again, so drift cancels
+        rounds_ms: dict[C, list[float]] = {c: [ran[c]] for c in near}
+        for r in range(1, rounds):
+            for c in near[::-1] if r % 2 else near:
+                rounds_ms[c].append(float(time_again(c)))
+        own = {c: [t - held for t in ts] for c, ts in rounds_ms.items()}
+        if min(min(ts) for ts in own.values()) <= 0:  # a config timed again under the shared time
+            return Picked(fastest, fastest, floor, floor, None, [fastest], {}, True, rounds_ms, held)
+        # each timing over its round's fastest: a round the whole GPU ran slow in cancels
+        least = [min(ts[r] for ts in own.values()) for r in range(rounds)]
+        ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in own.items()}
+        medians = {c: statistics.median(rs) for c, rs in ratios.items()}
+        # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
+        # the median over the configs: one config that stalled once does not widen it
+        noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())
+        band = max(floor, noise)
+        if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
+            return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held)
+        best = min(medians.values())
+        inside = [c for c in near if medians[c] <= best * (1 + band)]
+        return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms, held)
+
     started = clock()
-    picked = _stable(order, timings, time_again, floor, rounds, shared)
+    picked = decide()
     picked.again_s = clock() - started
     return picked
-
-
-def _stable(
-    order: Sequence[C],
-    timings: dict[C, float],
-    time_again: Callable[[C], float],
-    floor: float,
-    rounds: int,
-    shared: Callable[[], float] | None,
-) -> Picked:
-    ran = finite(timings)
-    fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
-    near = window(order, ran, fastest, floor, 0.0)
-    if len(near) < 2:
-        return Picked(fastest, fastest, floor, floor, None, [fastest])
-    # what every timing shares narrows the window, never widens it: asked only here
-    held = float(shared()) if shared is not None else 0.0
-    if not 0.0 <= held < ran[fastest]:  # more than a whole timing: not a part of each, so not taken off
-        held = 0.0
-    near = window(order, ran, fastest, floor, held)
-    if len(near) < 2:
-        return Picked(fastest, fastest, floor, floor, None, [fastest], shared_ms=held)
-    if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
-        head = near[: MOST_TIMED_AGAIN - 1]
-        near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
-    # the sweep is the first round, then reversed and in order again, so drift cancels
-    rounds_ms: dict[C, list[float]] = {c: [ran[c]] for c in near}
-    for r in range(1, rounds):
-        for c in near[::-1] if r % 2 else near:
-            rounds_ms[c].append(float(time_again(c)))
-    own = {c: [t - held for t in ts] for c, ts in rounds_ms.items()}
-    if min(min(ts) for ts in own.values()) <= 0:  # a config timed again under the shared time
-        return Picked(fastest, fastest, floor, floor, None, [fastest], {}, True, rounds_ms, held)
-    # each timing over its round's fastest: a round the whole GPU ran slow in cancels
-    least = [min(ts[r] for ts in own.values()) for r in range(rounds)]
-    ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in own.items()}
-    medians = {c: statistics.median(rs) for c, rs in ratios.items()}
-    # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
-    # the median over the configs: one config that stalled once does not widen it
-    noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())
-    band = max(floor, noise)
-    if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
-        return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held)
-    best = min(medians.values())
-    inside = [c for c in near if medians[c] <= best * (1 + band)]
-    return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms, held)
 
 
 def window(order: Sequence[C], ran: dict[C, float], fastest: C, floor: float, held: float) -> list[C]:
