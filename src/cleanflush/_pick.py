@@ -177,27 +177,33 @@ def stable(
         for r in range(1, rounds):
             for c in near[::-1] if r % 2 else near:
                 rounds_ms[c].append(float(time_again(c)))
-        own = {c: [t - held for t in ts] for c, ts in rounds_ms.items()}
-        if min(min(ts) for ts in own.values()) <= 0:  # a config timed again under the shared time
-            return Picked(fastest, fastest, floor, floor, None, [fastest], {}, True, rounds_ms, held)
-        # each timing over its round's fastest: a round the whole GPU ran slow in cancels
-        least = [min(ts[r] for ts in own.values()) for r in range(rounds)]
-        ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in own.items()}
-        medians = {c: statistics.median(rs) for c, rs in ratios.items()}
-        # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
-        # the median over the configs: one config that stalled once does not widen it
-        noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())
-        band = max(floor, noise)
-        if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
-            return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held)
-        best = min(medians.values())
-        inside = [c for c in near if medians[c] <= best * (1 + band)]
-        return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms, held)
+        return settle(near, fastest, rounds_ms, held, floor)
 
     started = clock()
     picked = decide()
     picked.again_s = clock() - started
     return picked
+
+
+def settle(near: list[C], fastest: C, rounds_ms: dict[C, list[float]], held: float, floor: float) -> Picked:
+    """The pick from the rounds' timings of the configs ``near`` the fastest (ms, the sweep's
+    first), each less ``held`` (what every timing shares)."""
+    own = {c: [t - held for t in ts] for c, ts in rounds_ms.items()}
+    if min(min(ts) for ts in own.values()) <= 0:  # a config timed again under the shared time
+        return Picked(fastest, fastest, floor, floor, None, [fastest], {}, True, rounds_ms, held)
+    # each timing over its round's fastest: a round the whole GPU ran slow in cancels
+    least = [min(round_) for round_ in zip(*own.values())]
+    ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in own.items()}
+    medians = {c: statistics.median(rs) for c, rs in ratios.items()}
+    # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
+    # the median over the configs: one config that stalled once does not widen it
+    noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())
+    band = max(floor, noise)
+    if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
+        return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held)
+    best = min(medians.values())
+    inside = [c for c in near if medians[c] <= best * (1 + band)]
+    return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms, held)
 
 
 def window(order: Sequence[C], ran: dict[C, float], fastest: C, floor: float, held: float) -> list[C]:
