@@ -5,7 +5,7 @@ Every flush runs through Triton's ``driver.active.clear_cache``, as do_bench cal
   stock                      cleanflush uninstalled: zero_ 256 MiB
   write-read                 the default: L2 / 8 of the cache zeroed, then 2 x L2 read, the read
                              holding the stream where the GPU has caught up (the handshake)
-  write-read, spin only      the same with the simpler hold (``common.hold_design``)
+  write-read, spin only      the same with the simpler hold (``common.write_read_held``)
   write-read, 120 us in do_bench
                              the same with the hold's bound in do_bench's queued loop kept at
                              120 us (``common.SHORT_BOUND``): what the 1 ms bound costs samples
@@ -44,8 +44,8 @@ from .common import (
     central_mean,
     flush_time_us,
     flushing,
-    hold_design,
     progress,
+    write_read_held,
 )
 
 ROUNDS = 4
@@ -73,22 +73,11 @@ def contexts() -> dict[str, Callable[[], contextlib.AbstractContextManager[Any]]
             finally:
                 cls.clear_cache = stock  # type: ignore[method-assign]
 
-    @contextlib.contextmanager
-    def spin_only() -> Iterator[None]:
-        with flushing("write-read"), hold_design("spin only"):
-            yield
-
     out: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
         name: (lambda name=name: flushing(name)) for name in ("stock", "write-read", "read")
     }
-
-    @contextlib.contextmanager
-    def short_bound() -> Iterator[None]:
-        with flushing("write-read"), hold_design(SHORT_BOUND):
-            yield
-
-    out["write-read, spin only"] = spin_only
-    out[SHORT] = short_bound
+    out["write-read, spin only"] = lambda: write_read_held("spin only")
+    out[SHORT] = lambda: write_read_held(SHORT_BOUND)
     out["reference"] = out["reference again"] = reference
     return {name: out[name] for name in CANDIDATES}
 

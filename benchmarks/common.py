@@ -401,6 +401,13 @@ def flushing(name: str) -> contextlib.AbstractContextManager[Any]:
     return uninstalled() if name == "stock" else cleanflush.policy(name)
 
 
+@contextlib.contextmanager
+def write_read_held(design: str) -> Iterator[None]:
+    """The default flush with its hold built as ``design`` (see ``hold_design``)."""
+    with flushing("write-read"), hold_design(design):
+        yield
+
+
 def run_under(name: str, measure: Callable[[], T]) -> T:
     """``measure()`` under the flush ``name`` (see ``flushing``)."""
     with flushing(name):

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import HOLDS, SHORT_BOUND, Results, central_mean, flushing, hold_design, progress
+from .common import HOLDS, SHORT_BOUND, Results, central_mean, flushing, progress, write_read_held
 
 ROUNDS = 3
 ITERS = 150
@@ -107,20 +107,12 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
     def clean() -> None:
         _flush.flush("synced", write=cache.zero_, cache=cache)
 
-    def write_read(design: str) -> Any:
-        @contextlib.contextmanager
-        def context() -> Any:
-            with flushing("write-read"), hold_design(design):
-                yield
-
-        return context
-
     # name -> (context the loop runs in, flush)
     synced: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {"plain read": (contextlib.nullcontext, plain.sum)}
-    synced.update({f"write-read, {d}": (write_read(d), clean) for d in HOLDS})
+    synced.update({f"write-read, {d}": (lambda d=d: write_read_held(d), clean) for d in HOLDS})
     # do_bench's own flush, through cleanflush's patch: the stock write, or write-read
     queued: dict[str, Callable[[], Any]] = {"stock": lambda: flushing("stock")}
-    queued.update({f"write-read, {d}": write_read(d) for d in (*HOLDS, SHORT_BOUND)})
+    queued.update({f"write-read, {d}": lambda d=d: write_read_held(d) for d in (*HOLDS, SHORT_BOUND)})
 
     results = Results(out, "synced")
     for n, k in SHAPES:
