@@ -57,7 +57,8 @@ Runs = dict[str, list[dict[Key, dict[str, Any]]]]  # each rule's runs, in order:
 
 def rule(floor: str | None) -> dict[str, Any]:
     """The stable rule's settings a job ran under, so an entry says which rule it measured."""
-    settings = {k.lower(): getattr(_pick, k) for k in ("FLOOR", "WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
+    settings: dict[str, Any] = {k.lower(): getattr(_pick, k) for k in ("FLOOR", "WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
+    settings["noise_over_configs"] = _pick.NOISE_OVER_CONFIGS.__name__
     return {**settings, "floor": _env.parse_floor(floor, _pick.FLOOR)}
 
 

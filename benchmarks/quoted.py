@@ -190,24 +190,26 @@ def pick_table(folder: Path) -> str:
     record = _record("pick", folder)
     lines = [
         "| job | runs a rule | decisions | alike in every run: fastest | stable | by price: fastest | stable | "
-        "stable / fastest, job, by price | stable / fastest, end to end | wall time a run, stable / fastest | rule |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "stable / fastest, job, by price | stable / fastest, end to end | wall time a run, stable / fastest | "
+        "the rule's own timing, s a stable run | rule |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, job in record["jobs"].items():
         a, total, walls = job["agreement"], job["total"], job["wall_s"]
         wall = _median(walls["stable"]) / _median(walls["fastest"])
         ratio = f"{total['ratio']:.4f}" if total["ratio"] is not None else "-"
+        again = f"{_median(job['again_s']):.1f}" if job.get("again_s") else "-"  # entries before it was kept: -
         lines.append(
             f"| {name} | {job.get('runs', record.get('runs'))} | {a['fastest']['made_in_every_run']} | "
             f"{a['fastest']['agree']} | {a['stable']['agree']} | "
             f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | "
-            f"{_end_to_end_cell(job.get('end_to_end'))} | {wall:.3f} | "
+            f"{_end_to_end_cell(job.get('end_to_end'))} | {wall:.3f} | {again} | "
             f"{_rule_version(job.get('rule'))} |"
         )
     spreads = [j["spread"]["over_fastest"] for j in record["jobs"].values() if j["spread"]["over_fastest"]["configs"]]
     spread = ", ".join(f"{s['median']:.1%} (p90 {s['p90']:.1%}, {s['configs']} configs)" for s in spreads)
     caption = (
-        f"(`pick` study of {_date(record)}, benchmarks/results/h200/pick.json: `cleanflush ab --compare pick "
+        f"(`pick` study of {_date(record)}, benchmarks/results/{folder.name}/pick.json: `cleanflush ab --compare pick "
         f"--runs N` on each job, under write-read. Between fresh processes, a config within 5% of the "
         f"fastest moved against its run's fastest by a median of {spread} per job.)"
     )
@@ -231,7 +233,7 @@ def pick_replay_table(folder: Path) -> str:
         lines.append(f"| {name} | {found['decisions']} | " + " | ".join(cells) + " |")
         checks.append(f"{found['fastest_as_recorded']} of {found['decisions']} in {name}")
     caption = (
-        f"(`pick` study of {_date(record)}, benchmarks/results/h200/pick.json, replayed by "
+        f"(`pick` study of {_date(record)}, benchmarks/results/{folder.name}/pick.json, replayed by "
         "`benchmarks.pick.replays` on the sweeps of each job's fastest runs: the decisions each rule would "
         "have picked alike in every run, and its picks' mean and largest cost over each decision's best "
         "config by the sweeps' mean ratio, the autotuners' own timings, not the independent price. "

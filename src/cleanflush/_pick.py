@@ -10,9 +10,10 @@ decided by timing noise, so fresh processes and ranks pick differently.
    still takes part); the sweep is the first of the ``ROUNDS``, so tuning time grows by
    ``ROUNDS - 1`` timings of at most ``MOST_TIMED_AGAIN`` configs;
 2. each timing is taken over its round's fastest (a round the GPU ran slow in cancels); the
-   noise is the median over the configs of those ratios' spread in the rounds timed again
-   (the sweep chose the window, so its timings lean fast; one config that stalled once does
-   not widen it); the band is the larger of the floor and the noise;
+   noise is the lower median over the configs of those ratios' spread in the rounds timed
+   again (the sweep chose the window, so its timings lean fast; one config that stalled
+   once does not widen it, of two configs either); the band is the larger of the floor and
+   the noise;
 3. of the configs within the band of the best median, the first in the autotuner's own order
    is kept.
 
@@ -54,6 +55,10 @@ FLOOR = 0.01
 ROUNDS = 3  # the sweep and two rounds timed again: the fewest that show a spread beside a median
 WINDOW = 2  # the configs timed again: within WINDOW x the floor of the fastest in the sweep
 MOST_TIMED_AGAIN = 4  # more within the window: the first in order and the fastest (tuning time stays bounded)
+# The noise from the configs' spreads: the lower median, so one config that stalled once does
+# not widen the band, of two configs either (the mean of two did: fla's small kernels on an
+# H100, one timing at 2-6x in a round, kept the autotuner's own pick; docs/pick.md).
+NOISE_OVER_CONFIGS = statistics.median_low
 
 PICK = Choice(PICK_VAR, PICKS, DEFAULT_PICK, "pick rule", "pick rules")
 
@@ -195,9 +200,8 @@ def settle(near: list[C], fastest: C, rounds_ms: dict[C, list[float]], held: flo
     least = [min(round_) for round_ in zip(*own.values())]
     ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in own.items()}
     medians = {c: statistics.median(rs) for c, rs in ratios.items()}
-    # the noise from the rounds timed again (the sweep chose the window, so it leans fast);
-    # the median over the configs: one config that stalled once does not widen it
-    noise = statistics.median(max(rs[1:]) - min(rs[1:]) for rs in ratios.values())
+    # the noise from the rounds timed again (the sweep chose the window, so it leans fast)
+    noise = NOISE_OVER_CONFIGS([max(rs[1:]) - min(rs[1:]) for rs in ratios.values()])
     band = max(floor, noise)
     if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
         return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held)
