@@ -10,6 +10,7 @@ pytest.importorskip("triton")
 import triton.testing  # noqa: E402
 
 import cleanflush  # noqa: E402
+from benchmarks.budget import kernel_us  # noqa: E402
 from cleanflush import _measure  # noqa: E402
 from cleanflush._stats import central_mean  # noqa: E402
 
@@ -47,21 +48,6 @@ def paired(gemm, rounds=9):
     return result, {name: _measure.median(values) for name, values in times.items()}
 
 
-def kernel_us(fn, before, calls=40):
-    """The GPU's own time for ``fn``'s kernels after ``before()`` (CUPTI, through torch's
-    profiler), per call: no event, launch gap or code of cleanflush's in it.  Every kernel
-    that is not a torch.sum's (a reduce kernel) counts."""
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            before()
-            fn()
-        torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    spans = [e for e in prof.events() if e.device_type == cuda and "reduce_kernel" not in e.name]
-    return sum(e.device_time for e in spans) / calls
-
-
 def test_do_bench_clean_under_each_policy(gemm):
     ratio, us = paired(gemm)
     # The floor no clean flush can beat: the GEMM's own kernels, cold, by CUPTI after a plain
@@ -70,8 +56,8 @@ def test_do_bench_clean_under_each_policy(gemm):
     # graph is printed, not a floor: on an H100 do_bench ran 6% under it, its calls following
     # each other's DRAM traffic.)
     read = torch.ones(max(2 * _measure.l2_bytes(), 256 << 20) // 4, device="cuda")
-    floor = kernel_us(gemm, read.sum)
-    warm = kernel_us(gemm, lambda: None)  # the weight left in L2 by the call before
+    floor = kernel_us(read.sum, gemm)  # CUPTI: the GEMM's kernels, none of the flush's
+    warm = kernel_us(lambda: None, gemm)  # the weight left in L2 by the call before
     graph = 1e3 * _measure.median(_measure.rotating_weight_graph(N, K, replays=10))
     print(f"do_bench (us): {us}; kernels cold {floor:.2f} us, warm {warm:.2f} us; rotating graph {graph:.2f} us")
     assert warm < 0.98 * floor, (warm, floor)  # the negative control: warm data falls under the floor
