@@ -56,8 +56,8 @@ ROUNDS = 3  # the sweep and two rounds timed again: the fewest that show a sprea
 WINDOW = 2  # the configs timed again: within WINDOW x the floor of the fastest in the sweep
 MOST_TIMED_AGAIN = 4  # more within the window: the first in order and the fastest (tuning time stays bounded)
 # The noise from the configs' spreads: the lower median, so one config that stalled once does
-# not widen the band, of two configs either (the mean of two did: fla's small kernels on an
-# H100, one timing at 2-6x in a round, kept the autotuner's own pick; docs/pick.md).
+# not widen the band, of two configs either (the mean of two did: fla's entry on an H100,
+# docs/pick.md).
 NOISE_OVER_CONFIGS = statistics.median_low
 
 PICK = Choice(PICK_VAR, PICKS, DEFAULT_PICK, "pick rule", "pick rules")

@@ -53,9 +53,9 @@ def test_do_bench_clean_under_each_policy(gemm):
     # The floor no clean flush can beat: the GEMM's own kernels, cold, by CUPTI after a plain
     # read of 2 x L2 (no cleanflush code), 2% under it for the two clocks.  do_bench's events
     # hold the kernels and more, so under it only warm data can take it.  (The rotating-weight
-    # graph is printed, not a floor: on an H100 do_bench ran 6% under it, its calls following
+    # graph is printed, not a floor: on an H100 do_bench ran under it, its calls following
     # each other's DRAM traffic.)
-    read = torch.ones(max(2 * _measure.l2_bytes(), 256 << 20) // 4, device="cuda")
+    read = _measure._reference_buffer(_measure._cuda_device("cuda"))  # the plain read loop's own
     floor = kernel_us(read.sum, gemm)  # CUPTI: the GEMM's kernels, none of the flush's
     warm = kernel_us(lambda: None, gemm)  # the weight left in L2 by the call before
     graph = 1e3 * _measure.median(_measure.rotating_weight_graph(N, K, replays=10))
