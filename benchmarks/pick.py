@@ -15,7 +15,8 @@ measured for it (max / min - 1), and of that time over its run's fastest (max - 
 decode compiles for a minute a run); each entry records its own.
 
 The record (OUT_DIR/pick.json) keeps the jobs of an earlier call that this one did not run;
-with ``CLEANFLUSH_PICK_FLOOR`` set, a job's entry is named with that floor.
+with ``CLEANFLUSH_PICK_FLOOR`` or ``CLEANFLUSH_PICK_AGAIN_MS`` set, a job's entry is named
+with it (``entry_name``).
 
 Each decision also keeps each fastest run's sweep (every config within ``SWEPT`` of its run's
 fastest, as a ratio to it, in the autotuner's order) and each stable run's ``pick`` line.
@@ -55,11 +56,22 @@ Key = tuple[str, str, str]
 Runs = dict[str, list[dict[Key, dict[str, Any]]]]  # each rule's runs, in order: each decision's line
 
 
-def rule(floor: str | None) -> dict[str, Any]:
-    """The stable rule's settings a job ran under, so an entry says which rule it measured."""
+def rule(floor: str | None, again: str | None = None) -> dict[str, Any]:
+    """The stable rule's settings a job ran under, so an entry says which rule it measured
+    (``floor`` and ``again``: the variables' values, where set for the run)."""
     settings: dict[str, Any] = {k.lower(): getattr(_pick, k) for k in ("FLOOR", "WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
     settings["noise_over_configs"] = _pick.NOISE_OVER_CONFIGS.__name__
+    settings["again_ms"] = _env.parse_again_ms(again)  # None: as long as the autotuner's own timings
     return {**settings, "floor": _env.parse_floor(floor, _pick.FLOOR)}
+
+
+# The variables a run of the study may set, each naming its entries: an option, not another rule.
+OPTIONS = {"CLEANFLUSH_PICK_FLOOR": "floor {}%", "CLEANFLUSH_PICK_AGAIN_MS": "again {} ms"}
+
+
+def entry_name(job: str, environ: dict[str, str]) -> str:
+    """A job's entry, named with each option the run set: ``gemlite_decode again 25 ms``."""
+    return " ".join([job] + [label.format(environ[var]) for var, label in OPTIONS.items() if environ.get(var)])
 
 
 def run_job(job: str, work: str, runs: int = RUNS) -> dict[str, Any]:
@@ -317,6 +329,21 @@ def _spread(runs_of: Runs) -> dict[str, Any]:
     }
 
 
+def rounds_spread(decisions: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far a config's own time (less what every timing shares) moved between the two
+    rounds timed again, over their mean: each config of each stable run's ``pick`` line. The
+    noise the rule's band stands on; shorter timings again widen it."""
+    spreads = []
+    for decision in decisions:
+        for pick in filter(None, decision.get("stable_picks", [])):  # None: a run with no pick line there
+            held = pick.get("shared_ms", 0.0)
+            for times in pick.get("rounds_ms", {}).values():
+                again = [t - held for t in times[1:]]
+                if len(again) == 2:
+                    spreads.append(abs(again[1] - again[0]) / statistics.mean(again))
+    return _quantiles(spreads)
+
+
 def _quantiles(spreads: list[float]) -> dict[str, Any]:
     spreads = sorted(spreads)
     if not spreads:
@@ -340,11 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     path = out / "pick.json"
     record = kept_record(path, "pick")
     work = tempfile.mkdtemp(prefix="cleanflush-pick-")
-    floor = os.environ.get("CLEANFLUSH_PICK_FLOOR")  # the stable runs' floor, where not the default
+    floor, again = os.environ.get("CLEANFLUSH_PICK_FLOOR"), os.environ.get("CLEANFLUSH_PICK_AGAIN_MS")
     for job in jobs:  # written after each job: a cut-off run keeps what it finished
-        name = f"{job} floor {floor}%" if floor else job
+        name = entry_name(job, dict(os.environ))
         progress(f"pick: {name}")
-        entry = {"date": record["machine"]["date"], "runs": runs, "rule": rule(floor)}
+        entry = {"date": record["machine"]["date"], "runs": runs, "rule": rule(floor, again)}
         record["jobs"][name] = {**entry, **run_job(job, work, runs)}
         print("\n".join(record["jobs"][name]["report"][-30:]), flush=True)
         path.write_text(json.dumps(record, indent=1) + "\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import RESULTS, read_csv
-from .pick import REPLAYS, replays, rule, why
+from .pick import REPLAYS, replays, rounds_spread, rule, why
 
 MiB = 1 << 20
 
@@ -191,19 +191,21 @@ def pick_table(folder: Path) -> str:
     lines = [
         "| job | runs a rule | decisions | alike in every run: fastest | stable | by price: fastest | stable | "
         "stable / fastest, job, by price | stable / fastest, end to end | wall time a run, stable / fastest | "
-        "the rule's own timing, s a stable run | rule |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "the rule's own timing, s a stable run | a config's own time, round to round: median (p90) | rule |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, job in record["jobs"].items():
         a, total, walls = job["agreement"], job["total"], job["wall_s"]
         wall = _median(walls["stable"]) / _median(walls["fastest"])
         ratio = f"{total['ratio']:.4f}" if total["ratio"] is not None else "-"
         again = f"{_median(job['again_s']):.1f}" if job.get("again_s") else "-"  # entries before it was kept: -
+        moved = rounds_spread(job["decisions"])
+        rounds = f"{moved['median']:.2%} ({moved['p90']:.2%})" if moved["configs"] else "-"  # before rounds_ms: -
         lines.append(
             f"| {name} | {job.get('runs', record.get('runs'))} | {a['fastest']['made_in_every_run']} | "
             f"{a['fastest']['agree']} | {a['stable']['agree']} | "
             f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | "
-            f"{_end_to_end_cell(job.get('end_to_end'))} | {wall:.3f} | {again} | "
+            f"{_end_to_end_cell(job.get('end_to_end'))} | {wall:.3f} | {again} | {rounds} | "
             f"{_rule_version(job.get('rule'))} |"
         )
     spreads = [j["spread"]["over_fastest"] for j in record["jobs"].values() if j["spread"]["over_fastest"]["configs"]]
@@ -277,7 +279,7 @@ def _end_to_end_cell(timed: dict[str, Any] | None) -> str:
 
 def _rule_version(settings: Any) -> str:
     """Whether a pick study entry measured the stable rule as it is now, by its recorded settings."""
-    now = {k: v for k, v in rule(None).items() if k != "floor"}  # a floor set for a run is not another rule
+    now = {k: v for k, v in rule(None).items() if k not in ("floor", "again_ms")}  # options a run set: not another rule
     if isinstance(settings, dict) and all(settings.get(k) == v for k, v in now.items()):
         return "as documented"
     return "an earlier version"

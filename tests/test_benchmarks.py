@@ -250,11 +250,33 @@ def test_a_pick_study_row_says_whether_it_measured_the_rule_as_documented(monkey
 
     current = pick.rule(None)
     assert current["floor"] == _pick.FLOOR and pick.rule("2")["floor"] == pytest.approx(0.02)
+    assert current["again_ms"] is None and pick.rule(None, "25")["again_ms"] == 25
     assert quoted._rule_version(current) == "as documented"
+    assert quoted._rule_version(pick.rule("2", "25")) == "as documented"  # options a run set, named in its entry
     assert quoted._rule_version("before the cap on the band") == "an earlier version"  # a note, not settings
     assert quoted._rule_version({**current, "most_timed_again": 5}) == "an earlier version"
     monkeypatch.setattr(_pick, "ROUNDS", _pick.ROUNDS + 1)  # the rule changed after the entry ran
     assert quoted._rule_version(current) == "an earlier version"
+
+
+def test_a_pick_study_entry_is_named_with_each_option_its_run_set():
+    from benchmarks import pick
+
+    assert pick.entry_name("gemlite_decode", {}) == "gemlite_decode"
+    assert pick.entry_name("fla_gdn", {"CLEANFLUSH_PICK_AGAIN_MS": "25"}) == "fla_gdn again 25 ms"
+    both = {"CLEANFLUSH_PICK_FLOOR": "2", "CLEANFLUSH_PICK_AGAIN_MS": "25", "CLEANFLUSH_PICK": "stable"}
+    assert pick.entry_name("gemlite_decode", both) == "gemlite_decode floor 2% again 25 ms"
+
+
+def test_the_round_to_round_spread_is_each_configs_own_time_between_the_two_rounds_timed_again():
+    from benchmarks import pick
+
+    # whole timings 12.0 (the sweep's, left out), 12.5 and 13.0 with 2.0 shared: own 10.5 and 11.0
+    hooked = {"shared_ms": 2.0, "rounds_ms": {"a": [12.0, 12.5, 13.0], "b": [12.0, 12.0, 12.0]}}
+    plain = {"rounds_ms": {"c": [5.0, 4.0, 6.0]}}  # no shared time: 4 and 6, 2 over their mean of 5
+    found = pick.rounds_spread([{"stable_picks": [hooked]}, {"stable_picks": [plain, {"noise": None}, None]}])
+    assert found["configs"] == 3 and found["median"] == pytest.approx(0.5 / 10.75) and found["max"] == 0.4
+    assert pick.rounds_spread([{"fastest_winners": ["a"]}]) == {"configs": 0}  # an entry from before rounds_ms
 
 
 def test_the_pick_studys_p90_is_the_nearest_rank_and_never_under_the_median():

@@ -410,6 +410,56 @@ def test_a_clear_winner_is_kept_under_stable(tmp_path):
     assert found["pick"] == 32 and len(found["timed"]) == 4 + 1  # the sweep and the call: nothing timed again
 
 
+# The tie job timed by a function with the signature and defaults of Triton's own do_bench
+# (triton/testing.py at triton-lang/triton 0094017; it needs a GPU, so a stand-in here) that
+# notes the length each timing asked for.  STOCK=1 makes it triton.testing.do_bench, as the
+# tuner's default is; STOCK=0 leaves it the job's own (the negative control).
+LENGTH_JOB = (
+    TIE_JOB.replace(
+        "def jitter_bench(kernel_call, quantiles=None, **kw):",
+        """lengths = []
+
+def jitter_bench(kernel_call, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
+    lengths.append([warmup, rep])""",
+    )
+    .replace(
+        "@triton.autotune(",
+        """import triton.testing
+if os.environ["STOCK"] == "1":
+    triton.testing.do_bench = jitter_bench
+
+@triton.autotune(""",
+    )
+    .replace(
+        '"wrapped": type(add_one.cache).__name__}',
+        '"wrapped": type(add_one.cache).__name__, "lengths": lengths, "bench_back": add_one.do_bench is jitter_bench}',
+    )
+)
+
+
+@needs_autotune_do_bench
+def test_timings_again_are_as_long_as_the_sweeps_or_as_long_as_asked_with_tritons_do_bench(tmp_path):
+    assert LENGTH_JOB.count("lengths.append") == 1 and "STOCK" in LENGTH_JOB  # every replace took
+    on = {"SEED": "0", "CLEANFLUSH": "1", "CLEANFLUSH_PICK": "stable"}
+
+    def lengths(stock, again=None):
+        asked = {"CLEANFLUSH_PICK_AGAIN_MS": again} if again is not None else {}
+        found, stderr = interpreted(tmp_path, "length_job.py", LENGTH_JOB, STOCK=stock, **on, **asked)
+        assert found["timed"][4:-1] and found["pick"] == 16  # some timed again; the pick as before
+        assert found["bench_back"]  # the tuner's own do_bench after the rule
+        return found["lengths"][:4], found["lengths"][4:], stderr
+
+    sweep, again, _ = lengths("1", "25")
+    assert sweep == [[25, 100]] * 4 and again and all(a == [5, 25] for a in again)  # a fifth of it warm-up
+    # the negative controls: unset, and a job's own benchmark function, keep the sweep's length
+    for stock, asked in (("1", None), ("0", "25")):
+        sweep, again, _ = lengths(stock, asked)
+        assert sweep == [[25, 100]] * 4 and again and all(a == [25, 100] for a in again)
+    sweep, again, stderr = lengths("1", "soon")  # not a time: said once, the sweep's length
+    said = [line for line in stderr.splitlines() if "CLEANFLUSH_PICK_AGAIN_MS" in line]
+    assert len(said) == 1 and "is not a time in ms over 0 (e.g. 25)" in said[0] and all(a == [25, 100] for a in again)
+
+
 # A kernel whose autotuner restores its argument around each timing (``restore_value``), timed
 # by a clock that charges HOOK_MS to every timing and the config's own time to a launch: the
 # kernel stores its BLOCK, so the clock sees which config ran, or that none did (and whether

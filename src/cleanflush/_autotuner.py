@@ -17,10 +17,17 @@ A tuner with hooks (``restore_value``, ``reset_to_zero``, a pre- or post-hook) r
 inside every config's timing; where configs are near, the stable rule has ``_bench`` time
 them once more with nothing launched (``NotLaunched`` in the tuner's ``fn`` for that call),
 and takes that off each timing (``_pick.stable``'s ``shared``).
+
+Timings again are as long as the sweep's.  ``CLEANFLUSH_PICK_AGAIN_MS`` shortens them where
+the tuner times with Triton's own ``do_bench`` (its default): the tuner's ``do_bench`` is that
+function at the length asked while the rule times, and the same object after.  Shorter
+timings cut the rule's tuning time and widen its noise (docs/pick.md, the measured trade).
+A job's own benchmark function is called as the sweep called it.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections import Counter
 from collections.abc import Iterator, MutableMapping
@@ -88,13 +95,19 @@ class TunerCache(MutableMapping[Any, Any]):
     def _stable(self, key: Any, own: Any, timed: dict[Any, Any], call: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
         """The stable pick for ``key``, or ``own`` (the autotuner's) where it cannot be made."""
         args, kwargs = call
+        bench = vars(self.tuner).get("do_bench")  # what the sweep timed with (triton 3.1 on)
+        shorter = shorter_bench(bench, _pick.again_ms())
 
         def time_again(config: Any) -> float:
             self.timing_again = True
+            if shorter is not None:
+                vars(self.tuner)["do_bench"] = shorter
             try:
                 return _pick.ran(ms(self.tuner._bench(*args, config=config, **kwargs)), config)
             finally:
                 self.timing_again = False
+                if shorter is not None:
+                    vars(self.tuner)["do_bench"] = bench
 
         def hooks_ms() -> float:
             # the tuner's hooks run inside every config's timing: timed alone by its own
@@ -124,6 +137,20 @@ class TunerCache(MutableMapping[Any, Any]):
             return own
         self.picked[key] = found
         return found.winner
+
+
+def shorter_bench(bench: Any, again_ms: float | None) -> Any:
+    """Triton's own ``do_bench`` timing ``again_ms`` (a fifth of it warm-up, as do_bench's own
+    25 and 100), where ``bench`` (what the tuner timed its sweep with) is that function; None
+    where ``again_ms`` is None, or for any other function (a job's own benchmark function,
+    or the deprecated ``warmup``/``rep`` arguments' wrapper, keeps its length)."""
+    testing = sys.modules.get("triton.testing")
+    stock = getattr(testing, "do_bench", None)
+    if again_ms is None or bench is None or stock is None:
+        return None
+    if bench is not stock and bench is not getattr(stock, "__wrapped__", None):
+        return None
+    return functools.partial(bench, warmup=again_ms / 5, rep=again_ms)
 
 
 class NotLaunched:

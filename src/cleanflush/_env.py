@@ -22,6 +22,10 @@ start-up hook (``_cleanflush_boot``, stdlib only) is looked up here, for the "of
     installed it carries the newest open ``pick()`` block to child processes.
 ``CLEANFLUSH_PICK_FLOOR``
     The stable rule's practical floor, a percentage (default 1).
+``CLEANFLUSH_PICK_AGAIN_MS``
+    How long the stable rule times each config again (ms timed, a fifth of it warm-up)
+    where a Triton autotuner times with Triton's own ``do_bench``; unset: as long as the
+    autotuner timed it (do_bench's 100).
 ``CLEANFLUSH_AB_CALLS``
     A folder where a Triton autotuning call is recorded, the first time a key is tuned, so
     that ``cleanflush ab`` can make it again to time its picks (``cleanflush ab`` sets it).
@@ -45,7 +49,8 @@ DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
 CALLS_VAR = "CLEANFLUSH_AB_CALLS"
 PICK_VAR = "CLEANFLUSH_PICK"
 PICK_FLOOR_VAR = "CLEANFLUSH_PICK_FLOOR"
-VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR, CALLS_VAR, PICK_VAR, PICK_FLOOR_VAR)
+PICK_AGAIN_VAR = "CLEANFLUSH_PICK_AGAIN_MS"
+VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR, CALLS_VAR, PICK_VAR, PICK_FLOOR_VAR, PICK_AGAIN_VAR)
 
 
 # The values that switch cleanflush off are written once, in the start-up hook, which reads
@@ -127,19 +132,36 @@ def parse_pick(value: str | None, names: tuple[str, ...], default: str) -> str:
     raise ValueError(f"{PICK_VAR}={value!r} is not a pick rule; use one of: {', '.join(names)}")
 
 
+def _number(text: str) -> float:
+    """``text`` as a number; NaN where it is none (outside every range a caller accepts)."""
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
+
+
 def parse_floor(value: str | None, default: float) -> float:
     """The fraction a ``CLEANFLUSH_PICK_FLOOR`` percentage gives (unset or empty: ``default``);
     a ValueError for anything but a percentage from 0 to 100."""
     text = _text(value).rstrip("%").strip()
     if not text:
         return default
-    try:
-        found = float(text)
-    except ValueError:
-        found = -1.0
+    found = _number(text)
     if not 0 <= found <= 100:
         raise ValueError(f"{PICK_FLOOR_VAR}={value!r} is not a percentage from 0 to 100 (e.g. 1 or 0.5)")
     return found / 100
+
+
+def parse_again_ms(value: str | None) -> float | None:
+    """The ms a ``CLEANFLUSH_PICK_AGAIN_MS`` value gives (unset or empty: None, the
+    autotuner's own length); a ValueError for anything but a time over 0."""
+    text = _text(value).removesuffix("ms").strip()
+    if not text:
+        return None
+    found = _number(text)
+    if not 0 < found < float("inf"):
+        raise ValueError(f"{PICK_AGAIN_VAR}={value!r} is not a time in ms over 0 (e.g. 25)")
+    return found
 
 
 def decisions_path() -> str | None:

@@ -8,7 +8,8 @@ decided by timing noise, so fresh processes and ranks pick differently.
 1. the configs within ``WINDOW`` x the floor of the sweep's fastest are timed again, together,
    in interleaved rounds (a window wider than the band: a config near its edge in the sweep
    still takes part); the sweep is the first of the ``ROUNDS``, so tuning time grows by
-   ``ROUNDS - 1`` timings of at most ``MOST_TIMED_AGAIN`` configs;
+   ``ROUNDS - 1`` timings of at most ``MOST_TIMED_AGAIN`` configs (as long as the sweep's,
+   unless ``again_ms()`` asks for shorter and the caller can make them so: ``_autotuner``);
 2. each timing is taken over its round's fastest (a round the GPU ran slow in cancels); the
    noise is the lower median over the configs of those ratios' spread in the rounds timed
    again (the sweep chose the window, so its timings lean fast; one config that stalled
@@ -94,6 +95,16 @@ def floor() -> float:
     except ValueError as exc:
         warn_once("pick:floor", f"{exc}; the stable rule uses {FLOOR:.0%}")
         return FLOOR
+
+
+def again_ms() -> float | None:
+    """How long a timing again is, in ms timed: ``CLEANFLUSH_PICK_AGAIN_MS``, or None for as
+    long as the autotuner's own timing (an invalid value said once)."""
+    try:
+        return _env.parse_again_ms(_env.value(_env.PICK_AGAIN_VAR))
+    except ValueError as exc:
+        warn_once("pick:again", f"{exc}; the stable rule times again as long as the autotuner does")
+        return None
 
 
 def from_environ() -> None:
