@@ -66,7 +66,7 @@ def rule(floor: str | None, again: str | None = None) -> dict[str, Any]:
 
 
 # The variables a run of the study may set, each naming its entries: an option, not another rule.
-OPTIONS = {"CLEANFLUSH_PICK_FLOOR": "floor {}%", "CLEANFLUSH_PICK_AGAIN_MS": "again {} ms"}
+OPTIONS = {_env.PICK_FLOOR_VAR: "floor {}%", _env.PICK_AGAIN_VAR: "again {} ms"}
 
 
 def entry_name(job: str, environ: dict[str, str]) -> str:
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     path = out / "pick.json"
     record = kept_record(path, "pick")
     work = tempfile.mkdtemp(prefix="cleanflush-pick-")
-    floor, again = os.environ.get("CLEANFLUSH_PICK_FLOOR"), os.environ.get("CLEANFLUSH_PICK_AGAIN_MS")
+    floor, again = os.environ.get(_env.PICK_FLOOR_VAR), os.environ.get(_env.PICK_AGAIN_VAR)
     for job in jobs:  # written after each job: a cut-off run keeps what it finished
         name = entry_name(job, dict(os.environ))
         progress(f"pick: {name}")
