@@ -1,8 +1,9 @@
 """python -m benchmarks <study> [--out DIR]: run one study (or ``all``) on this GPU.
 
-Studies: writeback, methods, readkernel, cost, latency, synced, autotune, budget, verdicts, residual; ``all`` runs them
-in that order and draws the figures; ``plot`` draws the figures from existing results and ``quoted``
-renders the numbers README.md and docs quote from them (neither needs a GPU).
+Studies: writeback, methods, readkernel, cost, latency, synced, autotune, budget, verdicts, residual,
+hosttime; ``all`` runs them in that order and draws the figures; ``plot`` draws the figures from
+existing results and ``quoted`` renders the numbers README.md and docs quote from them (neither
+needs a GPU).
 Progress goes to stderr; results to DIR/<study>.csv and .json, figures to DIR/<study>.png.
 """
 
@@ -35,6 +36,7 @@ STUDIES = (
     "budget",
     "verdicts",
     "residual",
+    "hosttime",
 )
 
 

@@ -1,0 +1,145 @@
+"""The host's time per flush, and where it goes.
+
+With the hold, a do_bench loop whose GPU work per sample is shorter than the host's runs at
+the host's pace (docs/limits.md): a microsecond of host time in the flush is a microsecond
+per sample, and fewer samples in do_bench's 100 ms.  Measured here with the GPU kept far
+ahead (a ``torch.cuda._sleep`` before each batch), so no call waits for the GPU:
+
+* ``iteration``: do_bench's loop body (clear_cache, start event, the timed call, end event)
+  under each flush, stock included; its time is the pace a host-bound loop runs at.
+* ``clear_cache``: the patched call alone, per flush.
+* the parts of a write-read, each alone: what ``_flush.flush`` does around its two launches,
+  and the launches themselves (the stock write on the owned head, the read kernel).
+
+Per row, the median of ``BATCHES`` x ``CALLS`` spans of ``time.perf_counter_ns``; the record
+names the host's CPU, since these times are the host's, not the GPU's.
+Run on a GPU, from the repository root:  python -m benchmarks hosttime
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .common import Results, flushing, progress, spin_cycles_per_us
+
+BATCHES = 7
+CALLS = 200
+AHEAD_US = 20_000  # the GPU's head start per batch: longer than a batch's host time
+FLUSHES = ("stock", "write", "read", "write-read")
+
+
+def host_ns(call: Callable[[], Any], pad_cycles: int, batches: int = BATCHES, calls: int = CALLS) -> list[int]:
+    """Host time of each of ``batches`` x ``calls`` calls of ``call``, the GPU kept ahead."""
+    import torch
+
+    spans: list[int] = []
+    clock = time.perf_counter_ns
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(pad_cycles)
+        for _ in range(calls):
+            began = clock()
+            call()
+            spans.append(clock() - began)
+    torch.cuda.synchronize()
+    return spans
+
+
+def cpu_name() -> str:
+    """The host's CPU model, as /proc/cpuinfo names it (or what is known instead)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown"
+
+
+def write_read_parts(driver: Any, cache: Any) -> dict[str, Callable[[], Any]]:
+    """What a write-read of do_bench's cache does on the host, one part per entry."""
+    import torch
+
+    from cleanflush import _flush, _hold, _patching, _policies, _policy, _read, _state
+
+    device = cache.device
+    entry = _read.prepare(device)
+    patched = vars(_patching.defining_class(type(driver), "clear_cache"))["clear_cache"]
+    stock_clear = getattr(patched, "__wrapped__", patched)  # the driver's own, under our wrapper
+    head = entry.owned_head(cache, _flush.owned_write_bytes(entry.l2))
+    region = entry.region(entry.read_bytes(head.numel() * head.element_size()))
+    stream = torch.cuda.current_stream(device)
+    event = torch.cuda.Event(enable_timing=True)
+    return {
+        "policy lookup": lambda: _policies.get(_policy.current_policy()),
+        "read buffer lookup": lambda: _read.prepare(device),
+        "capture check": lambda: _hold.capturing(device),
+        "stream query": lambda: stream.query(),
+        "hold decision": lambda: _hold.hold_ns(device, entry.handshake, False),
+        "owned head": lambda: entry.owned_head(cache, _flush.owned_write_bytes(entry.l2)),
+        "write launch (stock clear_cache on the head)": lambda: stock_clear(driver, head),
+        "read launch": lambda: entry.read(region, 0, False),
+        "count": lambda: _state.count_flush("hosttime", "write-read"),
+        "event record": lambda: event.record(),
+    }
+
+
+def run(out: Path) -> Path:
+    import torch
+    import triton
+
+    from cleanflush import _measure
+
+    driver = triton.runtime.driver.active
+    cache = driver.get_empty_cache_for_benchmark()
+    pad = int(AHEAD_US * spin_cycles_per_us())
+    fn, _, _ = _measure.one_row_gemm(4096, 4096)
+    _measure.warm_up(fn, 1.0)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def iteration() -> None:
+        driver.clear_cache(cache)
+        start.record()
+        fn()
+        end.record()
+
+    rows: dict[str, list[int]] = {}
+    progress(f"hosttime: {len(FLUSHES)} flushes, {BATCHES} x {CALLS} calls each")
+    for name in FLUSHES:
+        with flushing(name):
+            iteration()  # first launches load kernels: keep them out
+            rows[f"iteration, {name}"] = host_ns(iteration, pad)
+            rows[f"clear_cache, {name}"] = host_ns(lambda: driver.clear_cache(cache), pad)
+    with flushing("write-read"):
+        for part, call in write_read_parts(driver, cache).items():
+            call()
+            rows[f"write-read part: {part}"] = host_ns(call, pad)
+    rows["the timed call alone (4096 x 4096 one-row GEMM)"] = host_ns(fn, pad)
+    results = Results(out, "hosttime")
+    summary = {}
+    for name, spans in rows.items():
+        us = sorted(s / 1e3 for s in spans)
+        summary[name] = {
+            "median_us": statistics.median(us),
+            "p10_us": us[len(us) // 10],
+            "p90_us": us[len(us) * 9 // 10],
+        }
+        results.add(row=name, **summary[name])
+    path = results.write(cpu=cpu_name(), batches=BATCHES, calls=CALLS, summary=summary)
+    print(table(summary))
+    return path
+
+
+def table(summary: dict[str, dict[str, float]]) -> str:
+    """The record as a Markdown table."""
+    lines = ["| host time per call | median us | p10 | p90 |", "|---|---|---|---|"]
+    lines += [
+        f"| {name} | {s['median_us']:.1f} | {s['p10_us']:.1f} | {s['p90_us']:.1f} |" for name, s in summary.items()
+    ]
+    return "\n".join(lines)
