@@ -6,7 +6,9 @@ per sample, and fewer samples in do_bench's 100 ms.  Measured here with the GPU 
 ahead (a ``torch.cuda._sleep`` before each batch), so no call waits for the GPU:
 
 * ``iteration``: do_bench's loop body (clear_cache, start event, the timed call, end event)
-  under each flush, stock included; its time is the pace a host-bound loop runs at.
+  under each flush, stock included; its time is the pace a host-bound loop runs at.  Also
+  with no head start (``GPU caught up``): the GPU waits for the host and the reads hold, as
+  in a host-bound do_bench.
 * ``clear_cache``: the patched call alone, per flush.
 * the parts of a write-read, each alone: what ``_flush.flush`` does around its two launches,
   and the launches themselves (the stock write on the owned head, the read kernel).
@@ -117,6 +119,8 @@ def run(out: Path) -> Path:
         with flushing(name):
             iteration()  # first launches load kernels: keep them out
             rows[f"iteration, {name}"] = host_ns(iteration, pad)
+            # as in a host-bound do_bench: the GPU waits for the host, and the reads hold
+            rows[f"iteration, {name}, GPU caught up"] = host_ns(iteration, 0)
             rows[f"clear_cache, {name}"] = host_ns(lambda: driver.clear_cache(cache), pad)
     with flushing("write-read"):
         for part, call in write_read_parts(driver, cache).items():
