@@ -97,6 +97,7 @@ def write_read_parts(driver: Any, cache: Any) -> dict[str, Callable[[], Any]]:
 def run(out: Path) -> Path:
     import torch
     import triton
+    import triton.testing
 
     from cleanflush import _measure
 
@@ -114,6 +115,7 @@ def run(out: Path) -> Path:
         end.record()
 
     rows: dict[str, list[int]] = {}
+    samples: dict[str, int] = {}
     progress(f"hosttime: {len(FLUSHES)} flushes, {BATCHES} x {CALLS} calls each")
     for name in FLUSHES:
         with flushing(name):
@@ -122,6 +124,8 @@ def run(out: Path) -> Path:
             # as in a host-bound do_bench: the GPU waits for the host, and the reads hold
             rows[f"iteration, {name}, GPU caught up"] = host_ns(iteration, 0)
             rows[f"clear_cache, {name}"] = host_ns(lambda: driver.clear_cache(cache), pad)
+            # do_bench takes as many samples as fit its 100 ms at the pace its estimate saw
+            samples[name] = len(triton.testing.do_bench(fn, return_mode="all"))
     with flushing("write-read"):
         for part, call in write_read_parts(driver, cache).items():
             call()
@@ -137,8 +141,9 @@ def run(out: Path) -> Path:
             "p90_us": us[len(us) * 9 // 10],
         }
         results.add(row=name, **summary[name])
-    path = results.write(cpu=cpu_name(), batches=BATCHES, calls=CALLS, summary=summary)
+    path = results.write(cpu=cpu_name(), batches=BATCHES, calls=CALLS, summary=summary, do_bench_samples=samples)
     print(table(summary))
+    print("do_bench samples in 100 ms:", samples)
     return path
 
 
