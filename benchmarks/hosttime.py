@@ -1,20 +1,22 @@
 """The host's time per flush, and where it goes.
 
 With the hold, a do_bench loop whose GPU work per sample is shorter than the host's runs at
-the host's pace (docs/limits.md): a microsecond of host time in the flush is a microsecond
-per sample, and fewer samples in do_bench's 100 ms.  Measured here with the GPU kept far
-ahead (a ``torch.cuda._sleep`` before each batch), so no call waits for the GPU:
+the host's pace (docs/limits.md), and do_bench sizes its loop by a 5-call estimate of that
+pace.  Measured here with the GPU given a head start (a ``torch.cuda._sleep`` before each
+batch) or none:
 
 * ``iteration``: do_bench's loop body (clear_cache, start event, the timed call, end event)
   under each flush, stock included; its time is the pace a host-bound loop runs at.  Also
   with no head start (``GPU caught up``): the GPU waits for the host and the reads hold, as
   in a host-bound do_bench.
-* ``clear_cache``: the patched call alone, per flush.
+* ``clear_cache``: the patched call alone, per flush; and do_bench's sample count.
 * the parts of a write-read, each alone: what ``_flush.flush`` does around its two launches,
   and the launches themselves (the stock write on the owned head, the read kernel).
 
 Per row, the median of ``BATCHES`` x ``CALLS`` spans of ``time.perf_counter_ns``; the record
-names the host's CPU, since these times are the host's, not the GPU's.
+names the host's CPU, since these times are the host's, not the GPU's.  With the head start,
+a loop body's launches can still wait for a full launch queue (stock's median far over its
+p10 in benchmarks/results/h200): the caught-up rows and the parts are the measure.
 Run on a GPU, from the repository root:  python -m benchmarks hosttime
 """
 
@@ -29,15 +31,14 @@ from typing import Any
 from .common import Results, flushing, progress, spin_cycles_per_us
 
 BATCHES = 14
-# few enough calls a batch that their launches never fill the stream's queue (about a
-# thousand pending launches), where the host would wait for the GPU after all
-CALLS = 100
+CALLS = 100  # calls a batch, each batch after its own head start
 AHEAD_US = 20_000  # the GPU's head start per batch: longer than a batch's host time
 FLUSHES = ("stock", "write", "read", "write-read")
 
 
 def host_ns(call: Callable[[], Any], pad_cycles: int, batches: int = BATCHES, calls: int = CALLS) -> list[int]:
-    """Host time of each of ``batches`` x ``calls`` calls of ``call``, the GPU kept ahead."""
+    """Host time of each of ``batches`` x ``calls`` calls of ``call``, the GPU given
+    ``pad_cycles`` of head start before each batch."""
     import torch
 
     spans: list[int] = []
