@@ -12,6 +12,8 @@ batch) or none:
 * ``clear_cache``: the patched call alone, per flush; and do_bench's sample count.
 * the parts of a write-read, each alone: what ``_flush.flush`` does around its two launches,
   and the launches themselves (the stock write on the owned head, the read kernel).
+* ``_flush.flush`` itself on the same cache, with either launch or both made no-ops: the
+  parts timed in place, where a part timed alone in a loop of its own may run faster.
 
 Per row, the median of ``BATCHES`` x ``CALLS`` spans of ``time.perf_counter_ns``; the record
 names the host's CPU, since these times are the host's, not the GPU's.  With the head start,
@@ -67,16 +69,23 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def stock_clear_cache(driver: Any) -> Callable[[Any, Any], Any]:
+    """The driver's own ``clear_cache``, under cleanflush's wrapper."""
+    from cleanflush import _patching
+
+    patched = vars(_patching.defining_class(type(driver), "clear_cache"))["clear_cache"]
+    return getattr(patched, "__wrapped__", patched)  # type: ignore[no-any-return]
+
+
 def write_read_parts(driver: Any, cache: Any) -> dict[str, Callable[[], Any]]:
     """What a write-read of do_bench's cache does on the host, one part per entry."""
     import torch
 
-    from cleanflush import _flush, _hold, _patching, _policies, _policy, _read, _state
+    from cleanflush import _flush, _hold, _policies, _policy, _read, _state
 
     device = cache.device
     entry = _read.prepare(device)
-    patched = vars(_patching.defining_class(type(driver), "clear_cache"))["clear_cache"]
-    stock_clear = getattr(patched, "__wrapped__", patched)  # the driver's own, under our wrapper
+    stock_clear = stock_clear_cache(driver)
     head = entry.owned_head(cache, _flush.owned_write_bytes(entry.l2))
     region = entry.region(entry.read_bytes(head.numel() * head.element_size()))
     stream = torch.cuda.current_stream(device)
@@ -93,6 +102,46 @@ def write_read_parts(driver: Any, cache: Any) -> dict[str, Callable[[], Any]]:
         "count": lambda: _state.count_flush("hosttime", "write-read"),
         "event record": lambda: event.record(),
     }
+
+
+def flush_in_place(driver: Any, cache: Any, pad_cycles: int) -> dict[str, list[int]]:
+    """Host times of a write-read ``_flush.flush`` of ``cache``, with the write, the read or
+    both as no-ops (counted under the label ``hosttime``, not Triton's)."""
+    from cleanflush import _flush, _read
+
+    entry = _read.prepare(cache.device)
+    stock_clear = stock_clear_cache(driver)
+
+    def write(head: Any) -> None:
+        stock_clear(driver, head)
+
+    def no_write(head: Any) -> None:
+        pass
+
+    def no_read(data: Any, hold_ns: int, capturing: bool) -> None:
+        if entry.handshake is not None:  # as the read does around its launch
+            entry.handshake.call()
+            entry.handshake.left()
+
+    rows = {}
+    for name, write_part, reads in (
+        ("both launches", write, True),
+        ("write launch only", write, False),
+        ("read launch only", no_write, True),
+        ("no launch", no_write, False),
+    ):
+        if not reads:
+            entry.read = no_read  # type: ignore[method-assign]
+        try:
+
+            def call(write_part: Callable[[Any], None] = write_part) -> None:
+                _flush.flush("hosttime", write=lambda: None, cache=cache, write_part=write_part)
+
+            call()
+            rows[f"write-read in place: flush, {name}"] = host_ns(call, pad_cycles)
+        finally:
+            vars(entry).pop("read", None)  # the method again
+    return rows
 
 
 def run(out: Path) -> Path:
@@ -131,6 +180,7 @@ def run(out: Path) -> Path:
         for part, call in write_read_parts(driver, cache).items():
             call()
             rows[f"write-read part: {part}"] = host_ns(call, pad)
+        rows.update(flush_in_place(driver, cache, pad))
     rows["the timed call alone (4096 x 4096 one-row GEMM)"] = host_ns(fn, pad)
     results = Results(out, "hosttime")
     summary = {}
