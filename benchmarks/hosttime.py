@@ -14,6 +14,8 @@ batch) or none:
   and the launches themselves (the stock write on the owned head, the read kernel).
 * ``_flush.flush`` itself on the same cache, with either launch or both made no-ops: the
   parts timed in place, where a part timed alone in a loop of its own may run faster.
+* last, one do_bench under ``read`` and ``write-read`` profiled: how long its read kernels
+  lasted on the GPU, the five of its estimate and the loop's.
 
 Per row, the median of ``BATCHES`` x ``CALLS`` spans of ``time.perf_counter_ns``; the record
 names the host's CPU, since these times are the host's, not the GPU's.  With the head start,
@@ -144,6 +146,38 @@ def flush_in_place(driver: Any, cache: Any, pad_cycles: int) -> dict[str, list[i
     return rows
 
 
+def do_bench_reads(fn: Callable[[], Any]) -> dict[str, Any]:
+    """The read kernels of one profiled do_bench of ``fn`` under the policy in force, in us by
+    kineto: the five of its estimate and the loop's (a read lasts until the host's next flush
+    call lets it go, or its pace: so these are the host's pace as the GPU saw it).  Profiling
+    slows every launch: the host-time rows come before it."""
+    import torch
+    import triton.testing
+
+    from cleanflush import _read
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
+        samples = len(triton.testing.do_bench(fn, return_mode="all"))
+    kernels = [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    reads = [
+        e.time_range.elapsed_us()
+        for e in sorted(kernels, key=lambda e: e.time_range.start)
+        if e.name == _read.READ_KERNEL
+    ]
+    loop = sorted(reads[5:])
+    return {
+        "samples_profiled": samples,
+        "estimate_reads_us": [round(r, 1) for r in reads[:5]],
+        "loop_reads_us": {
+            "median": statistics.median(loop),
+            "p10": loop[len(loop) // 10],
+            "p90": loop[len(loop) * 9 // 10],
+        }
+        if loop
+        else None,
+    }
+
+
 def run(out: Path) -> Path:
     import torch
     import triton
@@ -182,6 +216,15 @@ def run(out: Path) -> Path:
             rows[f"write-read part: {part}"] = host_ns(call, pad)
         rows.update(flush_in_place(driver, cache, pad))
     rows["the timed call alone (4096 x 4096 one-row GEMM)"] = host_ns(fn, pad)
+    profiled: dict[str, Any] = {}
+    for name in ("read", "write-read"):
+        with flushing(name):
+            try:
+                profiled[name] = do_bench_reads(fn)
+            except Exception as exc:  # the profiler is not the study: the rows above still go on record
+                profiled[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    fn()  # a process whose last CUDA work was profiling may hang at exit (docs/limits.md)
+    torch.cuda.synchronize()
     results = Results(out, "hosttime")
     summary = {}
     for name, spans in rows.items():
@@ -192,9 +235,17 @@ def run(out: Path) -> Path:
             "p90_us": us[len(us) * 9 // 10],
         }
         results.add(row=name, **summary[name])
-    path = results.write(cpu=cpu_name(), batches=BATCHES, calls=CALLS, summary=summary, do_bench_samples=samples)
+    path = results.write(
+        cpu=cpu_name(),
+        batches=BATCHES,
+        calls=CALLS,
+        summary=summary,
+        do_bench_samples=samples,
+        do_bench_reads=profiled,
+    )
     print(table(summary))
     print("do_bench samples in 100 ms:", samples)
+    print("do_bench's reads, profiled:", profiled)
     return path
 
 

@@ -86,6 +86,15 @@ def _prose(text: str) -> str:
     return textwrap.fill(text, width=95, break_on_hyphens=False, break_long_words=False) + "\n"
 
 
+def _bullet(text: str) -> str:
+    return (
+        textwrap.fill(
+            text, width=95, initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+        )
+        + "\n"
+    )
+
+
 def cost(folder: Path) -> str:
     """What a flush costs and what it leaves do_bench (cost and budget studies)."""
     prices = _record("cost", folder)["prices"]
@@ -334,6 +343,59 @@ def synced_table(folder: Path) -> str:
     return "\n".join(lines) + "\n\n" + _prose(caption)
 
 
+HOSTTIME_FLUSHES = ("stock", "write", "read", "write-read")
+PART = "write-read part: "
+IN_PLACE = "write-read in place: flush, "
+LAUNCH_PARTS = ("write launch (stock clear_cache on the head)", "read launch")
+NOT_FLUSH_PARTS = ("stream query", "event record")  # asked inside the hold decision; do_bench's, not the flush's
+
+
+def hosttime_table(folder: Path) -> str:
+    """The hosttime study: host time per call under each flush, do_bench's samples, and where
+    a write-read's time goes (its parts alone, and the flush in place)."""
+    record = _record("hosttime", folder)
+    summary = record["summary"]
+
+    def us(row: str, key: str = "median_us") -> float:
+        return float(summary[row][key])
+
+    lines = [
+        "| host time per call, us (median) | " + " | ".join(HOSTTIME_FLUSHES) + " |",
+        "|---" * (len(HOSTTIME_FLUSHES) + 1) + "|",
+        "| clear_cache alone | " + " | ".join(f"{us(f'clear_cache, {f}'):.1f}" for f in HOSTTIME_FLUSHES) + " |",
+        "| do_bench's loop body, GPU caught up (the reads hold) | "
+        + " | ".join(f"{us(f'iteration, {f}, GPU caught up'):.1f}" for f in HOSTTIME_FLUSHES)
+        + " |",
+        "| do_bench samples in 100 ms | "
+        + " | ".join(str(record["do_bench_samples"][f]) for f in HOSTTIME_FLUSHES)
+        + " |",
+        "| 100 ms / samples: the pace do_bench's estimate saw | "
+        + " | ".join(f"{1e5 / record['do_bench_samples'][f]:.1f}" for f in HOSTTIME_FLUSHES)
+        + " |",
+    ]
+    parts = {row[len(PART) :]: us(row) for row in summary if row.startswith(PART)}
+    launches = sum(parts[name] for name in LAUNCH_PARTS)
+    checks = sum(t for name, t in parts.items() if name not in LAUNCH_PARTS + NOT_FLUSH_PARTS)
+    whole = us("clear_cache, write-read")
+    notes = [
+        f"write-read `clear_cache` {whole:.1f} us against stock's {us('clear_cache, stock'):.1f}; "
+        f"its parts timed alone: the two launches {launches:.1f} us, the checks around them {checks:.1f} "
+        f"({', '.join(f'{n} {t:.1f}' for n, t in parts.items() if n not in LAUNCH_PARTS + NOT_FLUSH_PARTS)}), "
+        f"{whole - launches - checks:.1f} us in none of them."
+    ]
+    in_place = {row[len(IN_PLACE) :]: row for row in summary if row.startswith(IN_PLACE)}
+    if in_place:
+        cells = [f"{name} {us(row):.1f} (p10 {us(row, 'p10_us'):.1f})" for name, row in in_place.items()]
+        notes.append(f"`_flush.flush` in place, medians (p10): {'; '.join(cells)}.")
+    caption = (
+        f"(`hosttime` study of {_date(record)}, {record['machine']['gpu']}, a host with "
+        f'"{record["cpu"]}"; medians of {record["batches"]} x {record["calls"]} calls, the 4096 x 4096 '
+        "one-row GEMM as the timed call.)"
+    )
+    bullets = "".join(_bullet(note) for note in notes)
+    return "\n".join(lines) + "\n\n" + bullets + "\n" + _prose(caption)
+
+
 RENDER: dict[str, Callable[[Path], str]] = {
     "pick": pick_table,
     "pick-replay": pick_replay_table,
@@ -346,6 +408,7 @@ RENDER: dict[str, Callable[[Path], str]] = {
     "budget": budget_table,
     "readsize": readsize_table,
     "synced": synced_table,
+    "hosttime": hosttime_table,
 }
 
 

@@ -454,3 +454,35 @@ def test_the_ab_libs_study_keeps_the_jobs_an_earlier_call_ran_and_dates_each(tmp
     assert record["jobs"]["liger_swiglu"]["date"] == "2026-12-03 14:05 UTC"
     assert record["jobs"]["gemlite_decode"]["date"] == record["machine"]["date"] == "2026-12-05 03:40 UTC"
     assert record["jobs"]["gemlite_decode"]["summary"]["changed_real"] == 0
+
+
+def test_hosttime_quotes_what_no_part_timed_alone_accounts_for(tmp_path):
+    parts = {
+        "policy lookup": 1.0,
+        "capture check": 2.0,
+        "stream query": 50.0,  # inside the hold decision, not counted again
+        "event record": 70.0,  # do_bench's, not the flush's
+        "write launch (stock clear_cache on the head)": 5.0,
+        "read launch": 7.0,
+    }
+    rows = {f"write-read part: {name}": us for name, us in parts.items()}
+    for flush in ("stock", "write", "read", "write-read"):
+        rows[f"clear_cache, {flush}"] = 20.0 if flush == "write-read" else 4.0
+        rows[f"iteration, {flush}, GPU caught up"] = 30.0
+    record = {
+        "machine": {"date": "2026-12-06 04:04 UTC", "gpu": "GPU"},
+        "cpu": "CPU",
+        "batches": 2,
+        "calls": 3,
+        "summary": {row: {"median_us": us, "p10_us": us, "p90_us": us} for row, us in rows.items()},
+        "do_bench_samples": {"stock": 1000, "write": 1000, "read": 800, "write-read": 500},
+    }
+    (tmp_path / "hosttime.json").write_text(json.dumps(record))
+    table = " ".join(quoted.hosttime_table(tmp_path).split())  # as read, not as wrapped
+    assert "the two launches 12.0 us, the checks around them 3.0" in table
+    assert "5.0 us in none of them" in table  # 20 - 12 - 3
+    assert "| 200.0 |" in table  # write-read's 500 samples in 100 ms: 200 us a call
+    assert "in place" not in table  # a record before those rows
+    record["summary"]["write-read in place: flush, no launch"] = {"median_us": 9.0, "p10_us": 8.0, "p90_us": 10.0}
+    (tmp_path / "hosttime.json").write_text(json.dumps(record))
+    assert "no launch 9.0 (p10 8.0)" in " ".join(quoted.hosttime_table(tmp_path).split())
