@@ -164,17 +164,20 @@ def do_bench_reads(fn: Callable[[], Any]) -> dict[str, Any]:
         for e in sorted(kernels, key=lambda e: e.time_range.start)
         if e.name == _read.READ_KERNEL
     ]
-    loop = sorted(reads[5:])
     return {
         "samples_profiled": samples,
         "estimate_reads_us": [round(r, 1) for r in reads[:5]],
-        "loop_reads_us": {
-            "median": statistics.median(loop),
-            "p10": loop[len(loop) // 10],
-            "p90": loop[len(loop) * 9 // 10],
-        }
-        if loop
-        else None,
+        "loop_reads_us": spread(reads[5:]) if reads[5:] else None,
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, p10 and p90 (by index) of ``values``."""
+    ordered = sorted(values)
+    return {
+        "median_us": statistics.median(ordered),
+        "p10_us": ordered[len(ordered) // 10],
+        "p90_us": ordered[len(ordered) * 9 // 10],
     }
 
 
@@ -228,12 +231,7 @@ def run(out: Path) -> Path:
     results = Results(out, "hosttime")
     summary = {}
     for name, spans in rows.items():
-        us = sorted(s / 1e3 for s in spans)
-        summary[name] = {
-            "median_us": statistics.median(us),
-            "p10_us": us[len(us) // 10],
-            "p90_us": us[len(us) * 9 // 10],
-        }
+        summary[name] = spread([s / 1e3 for s in spans])
         results.add(row=name, **summary[name])
     path = results.write(
         cpu=cpu_name(),
