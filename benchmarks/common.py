@@ -49,6 +49,16 @@ def ranks(values: list[float]) -> list[float]:
     return out
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, p10 and p90 (by index) of ``values``, in us."""
+    ordered = sorted(values)
+    return {
+        "median_us": statistics.median(ordered),
+        "p10_us": ordered[len(ordered) // 10],
+        "p90_us": ordered[len(ordered) * 9 // 10],
+    }
+
+
 def spearman(a: list[float], b: list[float]) -> float:
     """Spearman's rank correlation (Pearson's on the ranks)."""
     ra, rb = ranks(a), ranks(b)

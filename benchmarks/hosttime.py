@@ -26,18 +26,22 @@ Run on a GPU, from the repository root:  python -m benchmarks hosttime
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import Results, flushing, progress, spin_cycles_per_us
+from .common import Results, flushing, progress, spin_cycles_per_us, spread
 
 BATCHES = 14
 CALLS = 100  # calls a batch, each batch after its own head start
 AHEAD_US = 20_000  # the GPU's head start per batch: longer than a batch's host time
 FLUSHES = ("stock", "write", "read", "write-read")
+# row names the record keys, and ``quoted`` reads
+PART = "write-read part: "  # a part of a write-read, timed alone
+IN_PLACE = "write-read in place: flush, "  # the flush in place, launches made no-ops or not
+WRITE_LAUNCH, READ_LAUNCH = "write launch (stock clear_cache on the head)", "read launch"
+STREAM_QUERY, EVENT_RECORD = "stream query", "event record"  # inside the hold decision; do_bench's
 
 
 def host_ns(call: Callable[[], Any], pad_cycles: int, batches: int = BATCHES, calls: int = CALLS) -> list[int]:
@@ -96,13 +100,13 @@ def write_read_parts(driver: Any, cache: Any) -> dict[str, Callable[[], Any]]:
         "policy lookup": lambda: _policies.get(_policy.current_policy()),
         "read buffer lookup": lambda: _read.prepare(device),
         "capture check": lambda: _hold.capturing(device),
-        "stream query": lambda: stream.query(),
+        STREAM_QUERY: lambda: stream.query(),
         "hold decision": lambda: _hold.hold_ns(device, entry.handshake, False),
         "owned head": lambda: entry.owned_head(cache, _flush.owned_write_bytes(entry.l2)),
-        "write launch (stock clear_cache on the head)": lambda: stock_clear(driver, head),
-        "read launch": lambda: entry.read(region, 0, False),
+        WRITE_LAUNCH: lambda: stock_clear(driver, head),
+        READ_LAUNCH: lambda: entry.read(region, 0, False),
         "count": lambda: _state.count_flush("hosttime", "write-read"),
-        "event record": lambda: event.record(),
+        EVENT_RECORD: lambda: event.record(),
     }
 
 
@@ -140,7 +144,7 @@ def flush_in_place(driver: Any, cache: Any, pad_cycles: int) -> dict[str, list[i
                 _flush.flush("hosttime", write=lambda: None, cache=cache, write_part=write_part)
 
             call()
-            rows[f"write-read in place: flush, {name}"] = host_ns(call, pad_cycles)
+            rows[IN_PLACE + name] = host_ns(call, pad_cycles)
         finally:
             vars(entry).pop("read", None)  # the method again
     return rows
@@ -168,16 +172,6 @@ def do_bench_reads(fn: Callable[[], Any]) -> dict[str, Any]:
         "samples_profiled": samples,
         "estimate_reads_us": [round(r, 1) for r in reads[:5]],
         "loop_reads_us": spread(reads[5:]) if reads[5:] else None,
-    }
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    """Median, p10 and p90 (by index) of ``values``."""
-    ordered = sorted(values)
-    return {
-        "median_us": statistics.median(ordered),
-        "p10_us": ordered[len(ordered) // 10],
-        "p90_us": ordered[len(ordered) * 9 // 10],
     }
 
 
@@ -216,7 +210,7 @@ def run(out: Path) -> Path:
     with flushing("write-read"):
         for part, call in write_read_parts(driver, cache).items():
             call()
-            rows[f"write-read part: {part}"] = host_ns(call, pad)
+            rows[PART + part] = host_ns(call, pad)
         rows.update(flush_in_place(driver, cache, pad))
     rows["the timed call alone (4096 x 4096 one-row GEMM)"] = host_ns(fn, pad)
     profiled: dict[str, Any] = {}

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import hosttime
 from .common import RESULTS, read_csv
 from .pick import REPLAYS, replays, rounds_spread, rule, why
 
@@ -82,17 +83,10 @@ def penalty(folder: Path) -> str:
     )
 
 
-def _prose(text: str) -> str:
-    return textwrap.fill(text, width=95, break_on_hyphens=False, break_long_words=False) + "\n"
-
-
-def _bullet(text: str) -> str:
-    return (
-        textwrap.fill(
-            text, width=95, initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
-        )
-        + "\n"
-    )
+def _prose(text: str, bullet: bool = False) -> str:
+    """``text`` wrapped as the pages wrap it; ``bullet``: as a list item."""
+    indents = {"initial_indent": "- ", "subsequent_indent": "  "} if bullet else {}
+    return textwrap.fill(text, width=95, break_on_hyphens=False, break_long_words=False, **indents) + "\n"
 
 
 def cost(folder: Path) -> str:
@@ -343,13 +337,6 @@ def synced_table(folder: Path) -> str:
     return "\n".join(lines) + "\n\n" + _prose(caption)
 
 
-HOSTTIME_FLUSHES = ("stock", "write", "read", "write-read")
-PART = "write-read part: "
-IN_PLACE = "write-read in place: flush, "
-LAUNCH_PARTS = ("write launch (stock clear_cache on the head)", "read launch")
-NOT_FLUSH_PARTS = ("stream query", "event record")  # asked inside the hold decision; do_bench's, not the flush's
-
-
 def hosttime_table(folder: Path) -> str:
     """The hosttime study: host time per call under each flush, do_bench's samples, and where
     a write-read's time goes (its parts alone, and the flush in place)."""
@@ -360,30 +347,32 @@ def hosttime_table(folder: Path) -> str:
         return float(summary[row][key])
 
     lines = [
-        "| host time per call, us (median) | " + " | ".join(HOSTTIME_FLUSHES) + " |",
-        "|---" * (len(HOSTTIME_FLUSHES) + 1) + "|",
-        "| clear_cache alone | " + " | ".join(f"{us(f'clear_cache, {f}'):.1f}" for f in HOSTTIME_FLUSHES) + " |",
+        "| host time per call, us (median) | " + " | ".join(hosttime.FLUSHES) + " |",
+        "|---" * (len(hosttime.FLUSHES) + 1) + "|",
+        "| clear_cache alone | " + " | ".join(f"{us(f'clear_cache, {f}'):.1f}" for f in hosttime.FLUSHES) + " |",
         "| do_bench's loop body, GPU caught up (the reads hold) | "
-        + " | ".join(f"{us(f'iteration, {f}, GPU caught up'):.1f}" for f in HOSTTIME_FLUSHES)
+        + " | ".join(f"{us(f'iteration, {f}, GPU caught up'):.1f}" for f in hosttime.FLUSHES)
         + " |",
         "| do_bench samples in 100 ms | "
-        + " | ".join(str(record["do_bench_samples"][f]) for f in HOSTTIME_FLUSHES)
+        + " | ".join(str(record["do_bench_samples"][f]) for f in hosttime.FLUSHES)
         + " |",
         "| 100 ms / samples: the pace do_bench's estimate saw | "
-        + " | ".join(f"{1e5 / record['do_bench_samples'][f]:.1f}" for f in HOSTTIME_FLUSHES)
+        + " | ".join(f"{1e5 / record['do_bench_samples'][f]:.1f}" for f in hosttime.FLUSHES)
         + " |",
     ]
-    parts = {row[len(PART) :]: us(row) for row in summary if row.startswith(PART)}
-    launches = sum(parts[name] for name in LAUNCH_PARTS)
-    checks = sum(t for name, t in parts.items() if name not in LAUNCH_PARTS + NOT_FLUSH_PARTS)
+    parts = {row.removeprefix(hosttime.PART): us(row) for row in summary if row.startswith(hosttime.PART)}
+    launches = parts[hosttime.WRITE_LAUNCH] + parts[hosttime.READ_LAUNCH]
+    # the stream query is asked inside the hold decision, and the event record is do_bench's
+    not_checks = (hosttime.WRITE_LAUNCH, hosttime.READ_LAUNCH, hosttime.STREAM_QUERY, hosttime.EVENT_RECORD)
+    checks = {name: t for name, t in parts.items() if name not in not_checks}
     whole = us("clear_cache, write-read")
     notes = [
         f"write-read `clear_cache` {whole:.1f} us against stock's {us('clear_cache, stock'):.1f}; "
-        f"its parts timed alone: the two launches {launches:.1f} us, the checks around them {checks:.1f} "
-        f"({', '.join(f'{n} {t:.1f}' for n, t in parts.items() if n not in LAUNCH_PARTS + NOT_FLUSH_PARTS)}), "
-        f"{whole - launches - checks:.1f} us in none of them."
+        f"its parts timed alone: the two launches {launches:.1f} us, the checks around them "
+        f"{sum(checks.values()):.1f} ({', '.join(f'{n} {t:.1f}' for n, t in checks.items())}), "
+        f"{whole - launches - sum(checks.values()):.1f} us in none of them."
     ]
-    in_place = {row[len(IN_PLACE) :]: row for row in summary if row.startswith(IN_PLACE)}
+    in_place = {row.removeprefix(hosttime.IN_PLACE): row for row in summary if row.startswith(hosttime.IN_PLACE)}
     if in_place:
         cells = [f"{name} {us(row):.1f} (p10 {us(row, 'p10_us'):.1f})" for name, row in in_place.items()]
         notes.append(f"`_flush.flush` in place, medians (p10): {'; '.join(cells)}.")
@@ -392,7 +381,7 @@ def hosttime_table(folder: Path) -> str:
         f'"{record["cpu"]}"; medians of {record["batches"]} x {record["calls"]} calls, the 4096 x 4096 '
         "one-row GEMM as the timed call.)"
     )
-    bullets = "".join(_bullet(note) for note in notes)
+    bullets = "".join(_prose(note, bullet=True) for note in notes)
     return "\n".join(lines) + "\n\n" + bullets + "\n" + _prose(caption)
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import MiB, Results, progress
+from .common import MiB, Results, progress, spread
 
 ROUNDS = 2
 CALLS = 100  # calls per flush, shape and round
@@ -240,14 +240,15 @@ def summarize(rows: list[dict[str, Any]], names: list[str], cost: dict[str, floa
             for r in rounds
         ]
         after_ref = [row["us"] for row in rows if row["flush"] == name and row["before"] == reference]
+        times = spread(mine)
         out[name] = {
             "flush_us": cost[name],
-            "median_us": statistics.median(mine),
-            "ratio": statistics.median(mine) / ref,
+            "median_us": times["median_us"],
+            "ratio": times["median_us"] / ref,
             "ratio_min": min(ratios),
             "ratio_max": max(ratios),
-            "p10_us": sorted(mine)[len(mine) // 10],
-            "p90_us": sorted(mine)[len(mine) * 9 // 10],
+            "p10_us": times["p10_us"],
+            "p90_us": times["p90_us"],
             "after_reference_ratio": statistics.median(after_ref) / ref if after_ref else float("nan"),
             "calls": len(mine),
         }
