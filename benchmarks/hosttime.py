@@ -150,29 +150,39 @@ def flush_in_place(driver: Any, cache: Any, pad_cycles: int) -> dict[str, list[i
     return rows
 
 
-def do_bench_reads(fn: Callable[[], Any]) -> dict[str, Any]:
-    """The read kernels of one profiled do_bench of ``fn`` under the policy in force, in us by
+def do_bench_reads(fn: Callable[[], Any], flushes: tuple[str, ...]) -> dict[str, Any]:
+    """The read kernels of one profiled do_bench of ``fn`` under each of ``flushes``, in us by
     kineto: the five of its estimate and the loop's (a read lasts until the host's next flush
-    call lets it go, or its pace: so these are the host's pace as the GPU saw it).  Profiling
-    slows every launch: the host-time rows come before it."""
+    call lets it go, or its pace: so these are the host's pace as the GPU saw it).  One
+    profiler for all, each do_bench in a range of its own: a second profiler in one process
+    may see no kernels.  Profiling slows every launch: the host-time rows come before it."""
     import torch
     import triton.testing
 
     from cleanflush import _read
 
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
-        samples = len(triton.testing.do_bench(fn, return_mode="all"))
-    kernels = [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    reads = [
-        e.time_range.elapsed_us()
-        for e in sorted(kernels, key=lambda e: e.time_range.start)
-        if e.name == _read.READ_KERNEL
-    ]
-    return {
-        "samples_profiled": samples,
-        "estimate_reads_us": [round(r, 1) for r in reads[:5]],
-        "loop_reads_us": spread(reads[5:]) if reads[5:] else None,
-    }
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    samples = {}
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profiler:
+        for name in flushes:
+            with flushing(name), torch.profiler.record_function(f"hosttime: {name}"):
+                samples[name] = len(triton.testing.do_bench(fn, return_mode="all"))  # ends in a sync
+    events = profiler.events()
+    reads = sorted(
+        (e.time_range for e in events if e.device_type == cuda and e.name == _read.READ_KERNEL),
+        key=lambda r: r.start,
+    )
+    found: dict[str, Any] = {}
+    for name in flushes:
+        (span,) = [e.time_range for e in events if e.name == f"hosttime: {name}" and e.device_type == cpu]
+        inside = [r.elapsed_us() for r in reads if span.start <= r.start <= span.end]
+        found[name] = {
+            "samples_profiled": samples[name],
+            "estimate_reads_us": [round(r, 1) for r in inside[:5]],
+            "loop_reads_us": spread(inside[5:]) if inside[5:] else None,
+        }
+    return found
 
 
 def run(out: Path) -> Path:
@@ -213,13 +223,10 @@ def run(out: Path) -> Path:
             rows[PART + part] = host_ns(call, pad)
         rows.update(flush_in_place(driver, cache, pad))
     rows["the timed call alone (4096 x 4096 one-row GEMM)"] = host_ns(fn, pad)
-    profiled: dict[str, Any] = {}
-    for name in ("read", "write-read"):
-        with flushing(name):
-            try:
-                profiled[name] = do_bench_reads(fn)
-            except Exception as exc:  # the profiler is not the study: the rows above still go on record
-                profiled[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        profiled = do_bench_reads(fn, ("read", "write-read"))
+    except Exception as exc:  # the profiler is not the study: the rows above still go on record
+        profiled = {"error": f"{type(exc).__name__}: {exc}"}
     fn()  # a process whose last CUDA work was profiling may hang at exit (docs/limits.md)
     torch.cuda.synchronize()
     results = Results(out, "hosttime")

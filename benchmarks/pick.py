@@ -61,17 +61,22 @@ def rule(floor: str | None, again: str | None = None) -> dict[str, Any]:
     (``floor`` and ``again``: the variables' values, where set for the run)."""
     settings: dict[str, Any] = {k.lower(): getattr(_pick, k) for k in ("FLOOR", "WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
     settings["noise_over_configs"] = _pick.NOISE_OVER_CONFIGS.__name__
-    settings["again_ms"] = _env.parse_again_ms(again)  # None: as long as the autotuner's own timings
+    settings["again_ms"] = _env.parse_again_ms(again, _pick.AGAIN_MS)  # None: as long as the autotuner's own timings
     return {**settings, "floor": _env.parse_floor(floor, _pick.FLOOR)}
 
 
+def _again_label(value: str) -> str:
+    return f"again {value}" if value.strip().lower() == _env.AGAIN_FULL else f"again {value} ms"
+
+
 # The variables a run of the study may set, each naming its entries: an option, not another rule.
-OPTIONS = {_env.PICK_FLOOR_VAR: "floor {}%", _env.PICK_AGAIN_VAR: "again {} ms"}
+OPTIONS: dict[str, Callable[[str], str]] = {_env.PICK_FLOOR_VAR: "floor {}%".format, _env.PICK_AGAIN_VAR: _again_label}
 
 
 def entry_name(job: str, environ: dict[str, str]) -> str:
-    """A job's entry, named with each option the run set: ``gemlite_decode again 25 ms``."""
-    return " ".join([job] + [label.format(environ[var]) for var, label in OPTIONS.items() if environ.get(var)])
+    """A job's entry, named with each option the run set: ``gemlite_decode again 50 ms``,
+    ``gemlite_decode again full``."""
+    return " ".join([job] + [label(environ[var]) for var, label in OPTIONS.items() if environ.get(var)])
 
 
 def run_job(job: str, work: str, runs: int = RUNS) -> dict[str, Any]:

@@ -194,8 +194,9 @@ def pick_table(folder: Path) -> str:
     lines = [
         "| job | runs a rule | decisions | alike in every run: fastest | stable | by price: fastest | stable | "
         "stable / fastest, job, by price | stable / fastest, end to end | wall time a run, stable / fastest | "
-        "the rule's own timing, s a stable run | a config's own time, round to round: median (p90) | rule |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "the rule's own timing, s a stable run | each timing again | "
+        "a config's own time, round to round: median (p90) | rule |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, job in record["jobs"].items():
         a, total, walls = job["agreement"], job["total"], job["wall_s"]
@@ -208,8 +209,8 @@ def pick_table(folder: Path) -> str:
             f"| {name} | {job.get('runs', record.get('runs'))} | {a['fastest']['made_in_every_run']} | "
             f"{a['fastest']['agree']} | {a['stable']['agree']} | "
             f"{a['fastest']['agree_by_price']} | {a['stable']['agree_by_price']} | {ratio} | "
-            f"{_end_to_end_cell(job.get('end_to_end'))} | {wall:.3f} | {again} | {rounds} | "
-            f"{_rule_version(job.get('rule'))} |"
+            f"{_end_to_end_cell(job.get('end_to_end'))} | {wall:.3f} | {again} | "
+            f"{_again_length(job.get('rule'))} | {rounds} | {_rule_version(job.get('rule'))} |"
         )
     spreads = [j["spread"]["over_fastest"] for j in record["jobs"].values() if j["spread"]["over_fastest"]["configs"]]
     spread = ", ".join(f"{s['median']:.1%} (p90 {s['p90']:.1%}, {s['configs']} configs)" for s in spreads)
@@ -278,6 +279,13 @@ def _end_to_end_cell(timed: dict[str, Any] | None) -> str:
     # the record's verdict is its first side (fastest) against its second (stable)
     verdict = {"slower": "stable faster", "faster": "stable slower"}.get(total["verdict"], total["verdict"])
     return f"{total['ms']['stable'] / total['ms']['fastest']:.4f} ({verdict}{spread})"
+
+
+def _again_length(settings: Any) -> str:
+    """How long the entry's stable runs timed each config again: ``full`` where as long as the
+    autotuner's own timing (and in entries from before the length was an option)."""
+    again = settings.get("again_ms") if isinstance(settings, dict) else None
+    return f"{again:g} ms" if again is not None else "full"
 
 
 def _rule_version(settings: Any) -> str:
@@ -376,6 +384,16 @@ def hosttime_table(folder: Path) -> str:
     if in_place:
         cells = [f"{name} {us(row):.1f} (p10 {us(row, 'p10_us'):.1f})" for name, row in in_place.items()]
         notes.append(f"`_flush.flush` in place, medians (p10): {'; '.join(cells)}.")
+    profiles = record.get("do_bench_reads", {})  # records before it: none; a failed profile: its error
+    reads = {f: found for f, found in profiles.items() if isinstance(found, dict) and found.get("loop_reads_us")}
+    if reads:
+        cells = [
+            f"under {f}, its estimate's {', '.join(f'{r:.0f}' for r in found['estimate_reads_us'])} us and its "
+            f"loop's a median of {found['loop_reads_us']['median_us']:.0f} (p90 {found['loop_reads_us']['p90_us']:.0f})"
+            for f, found in reads.items()
+        ]
+        profiled = "One do_bench profiled by kineto (which slows each launch), its read kernels"
+        notes.append(f"{profiled}: {'; '.join(cells)}.")
     caption = (
         f"(`hosttime` study of {_date(record)}, {record['machine']['gpu']}, a host with "
         f'"{record["cpu"]}"; medians of {record["batches"]} x {record["calls"]} calls, the 4096 x 4096 '

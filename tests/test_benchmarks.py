@@ -250,7 +250,10 @@ def test_a_pick_study_row_says_whether_it_measured_the_rule_as_documented(monkey
 
     current = pick.rule(None)
     assert current["floor"] == _pick.FLOOR and pick.rule("2")["floor"] == pytest.approx(0.02)
-    assert current["again_ms"] is None and pick.rule(None, "25")["again_ms"] == 25
+    assert current["again_ms"] == _pick.AGAIN_MS and pick.rule(None, "50")["again_ms"] == 50
+    assert pick.rule(None, "Full")["again_ms"] is None  # as long as the autotuner's own
+    lengths = [quoted._again_length(r) for r in (current, pick.rule(None, "full"), "a note")]
+    assert lengths == [f"{_pick.AGAIN_MS:g} ms", "full", "full"]
     assert quoted._rule_version(current) == "as documented"
     assert quoted._rule_version(pick.rule("2", "25")) == "as documented"  # options a run set, named in its entry
     assert quoted._rule_version("before the cap on the band") == "an earlier version"  # a note, not settings
@@ -264,6 +267,7 @@ def test_a_pick_study_entry_is_named_with_each_option_its_run_set():
 
     assert pick.entry_name("gemlite_decode", {}) == "gemlite_decode"
     assert pick.entry_name("fla_gdn", {"CLEANFLUSH_PICK_AGAIN_MS": "25"}) == "fla_gdn again 25 ms"
+    assert pick.entry_name("fla_gdn", {"CLEANFLUSH_PICK_AGAIN_MS": "full"}) == "fla_gdn again full"
     both = {"CLEANFLUSH_PICK_FLOOR": "2", "CLEANFLUSH_PICK_AGAIN_MS": "25", "CLEANFLUSH_PICK": "stable"}
     assert pick.entry_name("gemlite_decode", both) == "gemlite_decode floor 2% again 25 ms"
 
@@ -486,3 +490,15 @@ def test_hosttime_quotes_what_no_part_timed_alone_accounts_for(tmp_path):
     record["summary"]["write-read in place: flush, no launch"] = {"median_us": 9.0, "p10_us": 8.0, "p90_us": 10.0}
     (tmp_path / "hosttime.json").write_text(json.dumps(record))
     assert "no launch 9.0 (p10 8.0)" in " ".join(quoted.hosttime_table(tmp_path).split())
+    assert "kineto" not in table  # a record before do_bench's reads were profiled
+    loop = {"median_us": 150.0, "p10_us": 140.0, "p90_us": 190.0}
+    found = {"samples_profiled": 400, "estimate_reads_us": [220.0, 128.0, 114.0, 136.0, 218.0], "loop_reads_us": loop}
+    record["do_bench_reads"] = {"read": {"error": "RuntimeError: no CUPTI"}, "write-read": found}
+    (tmp_path / "hosttime.json").write_text(json.dumps(record))
+    table = " ".join(quoted.hosttime_table(tmp_path).split())
+    assert "under read" not in table  # a flush whose profile failed says nothing
+    said = "under write-read, its estimate's 220, 128, 114, 136, 218 us and its loop's a median of 150 (p90 190)"
+    assert said in table
+    record["do_bench_reads"]["write-read"]["loop_reads_us"] = None  # no loop's reads: no line
+    (tmp_path / "hosttime.json").write_text(json.dumps(record))
+    assert "kineto" not in quoted.hosttime_table(tmp_path)

@@ -438,9 +438,10 @@ if os.environ["STOCK"] == "1":
 
 
 @needs_autotune_do_bench
-def test_timings_again_are_as_long_as_the_sweeps_or_as_long_as_asked_with_tritons_do_bench(tmp_path):
+def test_timings_again_are_as_long_as_asked_with_tritons_do_bench_and_the_sweeps_with_full(tmp_path):
     assert LENGTH_JOB.count("lengths.append") == 1 and "STOCK" in LENGTH_JOB  # every replace took
     on = {"SEED": "0", "CLEANFLUSH": "1", "CLEANFLUSH_PICK": "stable"}
+    default = [_pick.AGAIN_MS / 5, _pick.AGAIN_MS]  # a fifth of it warm-up
 
     def lengths(stock, again=None):
         asked = {"CLEANFLUSH_PICK_AGAIN_MS": again} if again is not None else {}
@@ -449,15 +450,17 @@ def test_timings_again_are_as_long_as_the_sweeps_or_as_long_as_asked_with_triton
         assert found["bench_back"]  # the tuner's own do_bench after the rule
         return found["lengths"][:4], found["lengths"][4:], stderr
 
-    sweep, again, _ = lengths("1", "25")
-    assert sweep == [[25, 100]] * 4 and again and all(a == [5, 25] for a in again)  # a fifth of it warm-up
-    # the negative controls: unset, and a job's own benchmark function, keep the sweep's length
-    for stock, asked in (("1", None), ("0", "25")):
+    for asked, length in ((None, default), ("50", [10, 50]), (" 40ms ", [8, 40])):
+        sweep, again, _ = lengths("1", asked)
+        assert sweep == [[25, 100]] * 4 and again and all(a == length for a in again), asked
+    # the negative controls: full, and a job's own benchmark function, keep the sweep's length
+    for stock, asked in (("1", "FULL"), ("0", None), ("0", "25")):
         sweep, again, _ = lengths(stock, asked)
         assert sweep == [[25, 100]] * 4 and again and all(a == [25, 100] for a in again)
-    sweep, again, stderr = lengths("1", "soon")  # not a time: said once, the sweep's length
+    sweep, again, stderr = lengths("1", "soon")  # not a time: said once, the default length
     said = [line for line in stderr.splitlines() if "CLEANFLUSH_PICK_AGAIN_MS" in line]
-    assert len(said) == 1 and "is not a time in ms over 0 (e.g. 25)" in said[0] and all(a == [25, 100] for a in again)
+    assert len(said) == 1 and "is not a time in ms over 0 (e.g. 25) or full" in said[0]
+    assert all(a == default for a in again)
 
 
 # A kernel whose autotuner restores its argument around each timing (``restore_value``), timed

@@ -18,11 +18,11 @@ inside every config's timing; where configs are near, the stable rule has ``_ben
 them once more with nothing launched (``NotLaunched`` in the tuner's ``fn`` for that call),
 and takes that off each timing (``_pick.stable``'s ``shared``).
 
-Timings again are as long as the sweep's.  ``CLEANFLUSH_PICK_AGAIN_MS`` shortens them where
-the tuner times with Triton's own ``do_bench`` (its default): the tuner's ``do_bench`` is that
-function at the length asked while the rule times, and the same object after.  Shorter
-timings cut the rule's tuning time and widen its noise (docs/pick.md, the measured trade).
-A job's own benchmark function is called as the sweep called it.
+Where the tuner times with Triton's own ``do_bench`` (its default), timings again are
+``_pick.again_ms()`` long (``CLEANFLUSH_PICK_AGAIN_MS``; ``full``: as long as the sweep's): the
+tuner's ``do_bench`` is that function at that length while the rule times, and the same
+object after.  Shorter timings cut the rule's tuning time and widen its noise (docs/pick.md,
+the measured trade).  A job's own benchmark function is called as the sweep called it.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ start-up hook (``_cleanflush_boot``, stdlib only) is looked up here, for the "of
     The stable rule's practical floor, a percentage (default 1).
 ``CLEANFLUSH_PICK_AGAIN_MS``
     How long the stable rule times each config again (ms timed, a fifth of it warm-up)
-    where a Triton autotuner times with Triton's own ``do_bench``; unset: as long as the
-    autotuner timed it (do_bench's 100).
+    where a Triton autotuner times with Triton's own ``do_bench`` (default 25; ``full``: as
+    long as the autotuner timed it, do_bench's 100).
 ``CLEANFLUSH_AB_CALLS``
     A folder where a Triton autotuning call is recorded, the first time a key is tuned, so
     that ``cleanflush ab`` can make it again to time its picks (``cleanflush ab`` sets it).
@@ -50,6 +50,7 @@ CALLS_VAR = "CLEANFLUSH_AB_CALLS"
 PICK_VAR = "CLEANFLUSH_PICK"
 PICK_FLOOR_VAR = "CLEANFLUSH_PICK_FLOOR"
 PICK_AGAIN_VAR = "CLEANFLUSH_PICK_AGAIN_MS"
+AGAIN_FULL = "full"  # the value that times again as long as the autotuner's own timings
 VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR, CALLS_VAR, PICK_VAR, PICK_FLOOR_VAR, PICK_AGAIN_VAR)
 
 
@@ -152,15 +153,17 @@ def parse_floor(value: str | None, default: float) -> float:
     return found / 100
 
 
-def parse_again_ms(value: str | None) -> float | None:
-    """The ms a ``CLEANFLUSH_PICK_AGAIN_MS`` value gives (unset or empty: None, the
-    autotuner's own length); a ValueError for anything but a time over 0."""
+def parse_again_ms(value: str | None, default: float) -> float | None:
+    """The ms a ``CLEANFLUSH_PICK_AGAIN_MS`` value gives (unset or empty: ``default``;
+    ``full``: None, the autotuner's own length); a ValueError for anything else but a time over 0."""
     text = _text(value).removesuffix("ms").strip()
     if not text:
+        return default
+    if text == AGAIN_FULL:
         return None
     found = _number(text)
     if not 0 < found < float("inf"):
-        raise ValueError(f"{PICK_AGAIN_VAR}={value!r} is not a time in ms over 0 (e.g. 25)")
+        raise ValueError(f"{PICK_AGAIN_VAR}={value!r} is not a time in ms over 0 (e.g. 25) or {AGAIN_FULL}")
     return found
 
 

@@ -8,8 +8,8 @@ decided by timing noise, so fresh processes and ranks pick differently.
 1. the configs within ``WINDOW`` x the floor of the sweep's fastest are timed again, together,
    in interleaved rounds (a window wider than the band: a config near its edge in the sweep
    still takes part); the sweep is the first of the ``ROUNDS``, so tuning time grows by
-   ``ROUNDS - 1`` timings of at most ``MOST_TIMED_AGAIN`` configs (as long as the sweep's,
-   unless ``again_ms()`` asks for shorter and the caller can make them so: ``_autotuner``);
+   ``ROUNDS - 1`` timings of at most ``MOST_TIMED_AGAIN`` configs (``again_ms()`` long where
+   the caller can make them so, ``_autotuner``; else as long as the sweep's);
 2. each timing is taken over its round's fastest (a round the GPU ran slow in cancels); the
    noise is the lower median over the configs of those ratios' spread in the rounds timed
    again (the sweep chose the window, so its timings lean fast; one config that stalled
@@ -56,6 +56,10 @@ FLOOR = 0.01
 ROUNDS = 3  # the sweep and two rounds timed again: the fewest that show a spread beside a median
 WINDOW = 2  # the configs timed again: within WINDOW x the floor of the fastest in the sweep
 MOST_TIMED_AGAIN = 4  # more within the window: the first in order and the fastest (tuning time stays bounded)
+# ms timed in each timing again, against do_bench's 100: as many picks alike and as cheap by
+# price as at full length, for a quarter of the rule's tuning time (gemlite on an H100 and an
+# H200, the pick study; docs/pick.md).
+AGAIN_MS = 25.0
 # The noise from the configs' spreads: the lower median, so one config that stalled once does
 # not widen the band, of two configs either (the mean of two did: fla's entry on an H100,
 # docs/pick.md).
@@ -98,13 +102,13 @@ def floor() -> float:
 
 
 def again_ms() -> float | None:
-    """How long a timing again is, in ms timed: ``CLEANFLUSH_PICK_AGAIN_MS``, or None for as
-    long as the autotuner's own timing (an invalid value said once)."""
+    """How long a timing again is, in ms timed: ``CLEANFLUSH_PICK_AGAIN_MS``, or ``AGAIN_MS``
+    (an invalid value said once); None for as long as the autotuner's own timing."""
     try:
-        return _env.parse_again_ms(_env.value(_env.PICK_AGAIN_VAR))
+        return _env.parse_again_ms(_env.value(_env.PICK_AGAIN_VAR), AGAIN_MS)
     except ValueError as exc:
-        warn_once("pick:again", f"{exc}; the stable rule times again as long as the autotuner does")
-        return None
+        warn_once("pick:again", f"{exc}; the stable rule times again for {AGAIN_MS:g} ms")
+        return AGAIN_MS
 
 
 def from_environ() -> None:
