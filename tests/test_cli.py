@@ -526,6 +526,12 @@ def test_status_says_each_pick_rule_and_check_fails_on_an_invalid_one():
     assert status.pick_rule_says("fastest") == "CLEANFLUSH_PICK=fastest: autotuners keep their own pick"
     stable = status.pick_rule_says(" Stable ")
     assert stable.startswith("CLEANFLUSH_PICK= Stable : Triton @autotune kernels and Inductor's algorithm selection")
+    assert "its floor 1%;" in stable and stable.endswith("timed again for 25 ms")  # the defaults
+    tuned = status.pick_rule_says("stable", "0.5", "FULL")
+    assert "its floor 0.5%;" in tuned and tuned.endswith("timed again for as long as the autotuner's own timings")
+    for floor, again in (("half", None), (None, "soon")):  # said whatever the rule: pick() selects stable in code
+        invalid = status.pick_rule_says("fastest", floor, again)
+        assert invalid.startswith("INVALID: CLEANFLUSH_PICK_"), invalid
     bad = status.pick_rule_says("fastes")
     assert bad.startswith("INVALID: ") and "stable" in bad
     row = {"name": "triton", "target": "triton", "state": "patched", "detail": ""}

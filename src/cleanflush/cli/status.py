@@ -77,20 +77,35 @@ def programs_get(value: str | None) -> tuple[str | None, str]:
     )
 
 
-def pick_rule_says(value: str | None) -> str:
-    """What the autotuners of a program started with ``CLEANFLUSH_PICK=value`` keep."""
+PICK_SETTINGS = (_env.PICK_VAR, _env.PICK_FLOOR_VAR, _env.PICK_AGAIN_VAR)
+
+
+def pick_rule_says(value: str | None, floor: str | None = None, again: str | None = None) -> str:
+    """What the autotuners of a program started with ``CLEANFLUSH_PICK=value`` keep, and the
+    stable rule's settings from ``CLEANFLUSH_PICK_FLOOR=floor`` and ``CLEANFLUSH_PICK_AGAIN_MS=again``
+    (an invalid one is said whatever the rule: a ``pick()`` block selects the stable rule in code)."""
     try:
         rule = _env.parse_pick(value, _pick.PICKS, _pick.DEFAULT_PICK)
     except ValueError as exc:
         return f"INVALID: {exc}; autotuners keep their own pick ({_pick.FASTEST})"
+    try:
+        band_floor = _env.parse_floor(floor, _pick.FLOOR)
+    except ValueError as exc:
+        return f"INVALID: {exc}; the stable rule uses {_pick.FLOOR:.0%}"
+    try:
+        again_ms = _env.parse_again_ms(again, _pick.AGAIN_MS)
+    except ValueError as exc:
+        return f"INVALID: {exc}; the stable rule times again for {_pick.AGAIN_MS:g} ms"
     if value is None or not value.strip():
         return f"{_env.PICK_VAR} is unset: autotuners keep their own pick ({_pick.DEFAULT_PICK})"
     if rule == _pick.FASTEST:
         return f"{_env.PICK_VAR}={value}: autotuners keep their own pick"
+    length = "as long as the autotuner's own timings" if again_ms is None else f"{again_ms:g} ms"
     return (
         f"{_env.PICK_VAR}={value}: Triton @autotune kernels and Inductor's algorithm selection and kernel configs "
-        "keep the first config, in their own order, within the band of the fastest (Inductor's coordinate "
-        "descent steps only beyond the floor)"
+        f"keep the first config, in their own order, within the band of the fastest (its floor "
+        f"{band_floor * 100:g}%; Inductor's coordinate descent steps only beyond it); configs a Triton "
+        f"autotuner timed with do_bench are timed again for {length}"
     )
 
 
@@ -178,7 +193,7 @@ def collect(progress: bool = False) -> dict[str, Any]:
         "environment": {name: _env.AT_START[name] for name in _env.VARIABLES},
         "programs_get": says,
         "policy": policy,
-        "pick_rule": pick_rule_says(_env.AT_START[_env.PICK_VAR]),
+        "pick_rule": pick_rule_says(*(_env.AT_START[name] for name in PICK_SETTINGS)),
         "disabled": sorted(disabled.names),
         "disable_problem": disabled.problem(_registry.NAMES),
         "autoload_file": _autoload_file(),
