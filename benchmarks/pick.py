@@ -66,7 +66,8 @@ def rule(floor: str | None, again: str | None = None) -> dict[str, Any]:
 
 
 def _again_label(value: str) -> str:
-    return f"again {value}" if value.strip().lower() == _env.AGAIN_FULL else f"again {value} ms"
+    full = _env.parse_again_ms(value, _pick.AGAIN_MS) is None  # what the rule reads as the autotuner's own length
+    return f"again {value}" if full else f"again {value} ms"
 
 
 # The variables a run of the study may set, each naming its entries: an option, not another rule.
