@@ -56,9 +56,9 @@ FLOOR = 0.01
 ROUNDS = 3  # the sweep and two rounds timed again: the fewest that show a spread beside a median
 WINDOW = 2  # the configs timed again: within WINDOW x the floor of the fastest in the sweep
 MOST_TIMED_AGAIN = 4  # more within the window: the first in order and the fastest (tuning time stays bounded)
-# ms timed in each timing again, against do_bench's 100: as many picks alike and as cheap by
-# price as at full length, for a quarter of the rule's tuning time (gemlite on an H100 and an
-# H200, the pick study; docs/pick.md).
+# ms timed in each timing again (do_bench's own is 100): as many picks alike and as cheap by
+# price as at full length, for a fraction of the rule's tuning time (the pick study's gemlite
+# entries at both lengths; docs/pick.md, Why 25 ms).
 AGAIN_MS = 25.0
 # The noise from the configs' spreads: the lower median, so one config that stalled once does
 # not widen the band, of two configs either (the mean of two did: fla's entry on an H100,
