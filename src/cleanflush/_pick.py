@@ -92,33 +92,53 @@ def _forget_default() -> None:
     PICK.default = DEFAULT_PICK
 
 
-def floor() -> float:
-    """The practical floor now: ``CLEANFLUSH_PICK_FLOOR``, or ``FLOOR`` (an invalid value said once)."""
+def rule_from(value: str | None) -> tuple[str, str | None]:
+    """The rule a ``CLEANFLUSH_PICK`` value selects, and what is wrong with the value (None: nothing)."""
     try:
-        return _env.parse_floor(_env.value(_env.PICK_FLOOR_VAR), FLOOR)
+        return _env.parse_pick(value, PICKS, DEFAULT_PICK), None
     except ValueError as exc:
-        warn_once("pick:floor", f"{exc}; the stable rule uses {FLOOR:.0%}")
-        return FLOOR
+        return FASTEST, f"{exc}; autotuners keep their own pick ({FASTEST})"
+
+
+def floor_from(value: str | None) -> tuple[float, str | None]:
+    """The floor a ``CLEANFLUSH_PICK_FLOOR`` value sets, and what is wrong with the value."""
+    try:
+        return _env.parse_floor(value, FLOOR), None
+    except ValueError as exc:
+        return FLOOR, f"{exc}; the stable rule uses {FLOOR:.0%}"
+
+
+def again_ms_from(value: str | None) -> tuple[float | None, str | None]:
+    """How long a ``CLEANFLUSH_PICK_AGAIN_MS`` value times each config again, in ms timed (None:
+    as long as the autotuner's own timing), and what is wrong with the value."""
+    try:
+        return _env.parse_again_ms(value, AGAIN_MS), None
+    except ValueError as exc:
+        return AGAIN_MS, f"{exc}; the stable rule times again for {AGAIN_MS:g} ms"
+
+
+def floor() -> float:
+    """The practical floor now (an invalid ``CLEANFLUSH_PICK_FLOOR`` said once)."""
+    found, problem = floor_from(_env.value(_env.PICK_FLOOR_VAR))
+    if problem:
+        warn_once("pick:floor", problem)
+    return found
 
 
 def again_ms() -> float | None:
-    """How long a timing again is, in ms timed: ``CLEANFLUSH_PICK_AGAIN_MS``, or ``AGAIN_MS``
-    (an invalid value said once); None for as long as the autotuner's own timing."""
-    try:
-        return _env.parse_again_ms(_env.value(_env.PICK_AGAIN_VAR), AGAIN_MS)
-    except ValueError as exc:
-        warn_once("pick:again", f"{exc}; the stable rule times again for {AGAIN_MS:g} ms")
-        return AGAIN_MS
+    """How long a timing again is now (an invalid ``CLEANFLUSH_PICK_AGAIN_MS`` said once)."""
+    found, problem = again_ms_from(_env.value(_env.PICK_AGAIN_VAR))
+    if problem:
+        warn_once("pick:again", problem)
+    return found
 
 
 def from_environ() -> None:
     """Take the process default from ``CLEANFLUSH_PICK`` (install calls this); an invalid
     value is said once, and autotuners keep their own pick."""
-    try:
-        PICK.default = _env.parse_pick(_env.value(PICK_VAR), PICKS, DEFAULT_PICK)
-    except ValueError as exc:
-        warn_once("pick:environ", f"{exc}; autotuners keep their own pick ({FASTEST})")
-        PICK.default = FASTEST
+    PICK.default, problem = rule_from(_env.value(PICK_VAR))
+    if problem:
+        warn_once("pick:environ", problem)
 
 
 C = TypeVar("C", bound=Hashable)

@@ -84,18 +84,12 @@ def pick_rule_says(value: str | None, floor: str | None = None, again: str | Non
     """What the autotuners of a program started with ``CLEANFLUSH_PICK=value`` keep, and the
     stable rule's settings from ``CLEANFLUSH_PICK_FLOOR=floor`` and ``CLEANFLUSH_PICK_AGAIN_MS=again``
     (an invalid one is said whatever the rule: a ``pick()`` block selects the stable rule in code)."""
-    try:
-        rule = _env.parse_pick(value, _pick.PICKS, _pick.DEFAULT_PICK)
-    except ValueError as exc:
-        return f"INVALID: {exc}; autotuners keep their own pick ({_pick.FASTEST})"
-    try:
-        band_floor = _env.parse_floor(floor, _pick.FLOOR)
-    except ValueError as exc:
-        return f"INVALID: {exc}; the stable rule uses {_pick.FLOOR:.0%}"
-    try:
-        again_ms = _env.parse_again_ms(again, _pick.AGAIN_MS)
-    except ValueError as exc:
-        return f"INVALID: {exc}; the stable rule times again for {_pick.AGAIN_MS:g} ms"
+    rule, rule_problem = _pick.rule_from(value)
+    band_floor, floor_problem = _pick.floor_from(floor)
+    again_ms, again_problem = _pick.again_ms_from(again)
+    problem = rule_problem or floor_problem or again_problem
+    if problem:
+        return f"INVALID: {problem}"
     if value is None or not value.strip():
         return f"{_env.PICK_VAR} is unset: autotuners keep their own pick ({_pick.DEFAULT_PICK})"
     if rule == _pick.FASTEST:
