@@ -312,6 +312,9 @@ SYNCED_COLUMNS = (
 )
 
 
+SYNCED_ROWS = (("synced", "hidden us"), ("do_bench", "hidden us"), ("do_bench", "samples"), ("inductor", "hidden us"))
+
+
 def synced_table(folder: Path) -> str:
     """The synced study: host time hidden in each loop under each hold, and do_bench's samples."""
     record = _record("synced", folder)
@@ -322,7 +325,9 @@ def synced_table(folder: Path) -> str:
         "|---" * (len(SYNCED_COLUMNS) + 2) + "|",
     ]
     for shape in shapes:
-        for loop, what in (("synced", "hidden us"), ("do_bench", "hidden us"), ("do_bench", "samples")):
+        for loop, what in SYNCED_ROWS:
+            if not any(f"{shape} {loop}: {flush}" in summary for _, flush in SYNCED_COLUMNS):
+                continue  # a loop this record did not run
             cells = []
             for _, flush in SYNCED_COLUMNS:
                 row = summary.get(f"{shape} {loop}: {flush}")

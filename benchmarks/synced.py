@@ -13,7 +13,11 @@ busy-wait) before the timed call, as a slower host or a heavier Python stack wou
   float32 ``sum()`` of a 256 MiB buffer of its own (no cleanflush code);
 * ``do_bench`` rows: triton's do_bench of the GEMM with X us before each call (central mean
   of its samples, and how many it took), its flush Triton's ``clear_cache`` (whose write
-  cleanflush owns: L2 / 8 of it, then 2 x L2 read), stock or write-read.
+  cleanflush owns: L2 / 8 of it, then 2 x L2 read), stock or write-read;
+* ``inductor`` rows: Inductor's ``InductorBenchmarker.benchmark_gpu``, a queued loop too (its
+  inline one-L2 write, then cleanflush's read), stock or write-read; its time is its samples'
+  minimum, and its memory warm-up's writes, queued at once, keep the GPU behind the host for
+  its first calls, so the hold keeps its 120 us bound there.
 
 write-read runs with each hold design of ``common.hold_design``: the hold as it is (the
 pinned handshake; in do_bench's queued loop up to 1 ms), ``spin only`` (the simpler design: a
@@ -64,10 +68,8 @@ def loop(flush: Callable[[], Any], fn: Callable[[], Any], delay_us: float, iters
     return times
 
 
-def queued_loop(fn: Callable[[], Any], delay_us: float) -> tuple[float, int]:
-    """do_bench's central mean (us) of ``fn``, and its number of samples, the host waiting
-    ``delay_us`` before each launch."""
-    import triton.testing
+def slowed(fn: Callable[[], Any], delay_us: float) -> Callable[[], Any]:
+    """``fn`` with the host waiting ``delay_us`` before each launch."""
 
     def slow() -> Any:
         until = time.perf_counter() + delay_us * 1e-6
@@ -75,8 +77,24 @@ def queued_loop(fn: Callable[[], Any], delay_us: float) -> tuple[float, int]:
             pass
         return fn()
 
-    times = triton.testing.do_bench(slow, return_mode="all")
+    return slow
+
+
+def queued_loop(fn: Callable[[], Any], delay_us: float) -> tuple[float, int]:
+    """do_bench's central mean (us) of ``fn``, and its number of samples, the host waiting
+    ``delay_us`` before each launch."""
+    import triton.testing
+
+    times = triton.testing.do_bench(slowed(fn, delay_us), return_mode="all")
     return central_mean(times) * 1e3, len(times)
+
+
+def inductor_loop(fn: Callable[[], Any], delay_us: float) -> float:
+    """Inductor's benchmarker's time (us) of ``fn``, the host waiting ``delay_us`` before each
+    launch: its minimum, as Inductor's autotuning takes it."""
+    from torch._inductor.runtime.benchmarking import InductorBenchmarker
+
+    return float(InductorBenchmarker().benchmark_gpu(slowed(fn, delay_us))) * 1e3
 
 
 def hidden_us(medians: dict[int, float]) -> int:
@@ -113,6 +131,8 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
     # do_bench's own flush, through cleanflush's patch: the stock write, or write-read
     queued: dict[str, Callable[[], Any]] = {"stock": lambda: flushing("stock")}
     queued.update({f"write-read, {d}": lambda d=d: write_read_held(d) for d in (*HOLDS, SHORT_BOUND)})
+    # Inductor's benchmarker, a queued loop too (its inline write, then cleanflush's read)
+    inductor = {name: queued[name] for name in ("stock", "write-read, handshake")}
 
     results = Results(out, "synced")
     for n, k in SHAPES:
@@ -132,6 +152,10 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
                     results.add(
                         shape=shape, round=r, loop="do_bench", flush=name, delay_us=delay, us=mean, samples=samples
                     )
+                for name, context in inductor.items():
+                    with context():
+                        us = inductor_loop(fn, delay)
+                    results.add(shape=shape, round=r, loop="inductor", flush=name, delay_us=delay, us=us)
                 progress(f"synced: {shape}, round {r + 1}/{rounds}, delay {delay} us")
     summary = summarize(results.rows)
     print(table(summary))

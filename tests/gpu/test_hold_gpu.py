@@ -125,6 +125,26 @@ def test_in_do_bench_a_call_the_host_takes_long_to_queue_is_timed_by_its_gpu_wor
     assert us < 50 if bound == "queued" else us > 100
 
 
+@pytest.mark.parametrize("warm_up", [100, 0], ids=["its own warm-up", "negative control: none"])
+def test_inductors_benchmarker_times_a_call_the_host_takes_long_to_queue_by_its_gpu_work(warm_up):
+    """Inductor's loop is queued too, yet needs no long bound: it takes its samples' minimum,
+    and its memory warm-up (100 writes of one L2, queued at once) keeps the GPU behind the host
+    for its first calls (the inductor rows of benchmarks/synced.py). With no warm-up the GPU
+    has caught up at every call and the host's time shows; were upstream to change its loop
+    so, it would need the queued bound."""
+    from torch._inductor.runtime.benchmarking import InductorBenchmarker
+
+    x = torch.zeros(1 << 20, device="cuda")
+
+    def fn():
+        busy_wait(300)
+        x.add_(1)
+
+    us = InductorBenchmarker().benchmark_gpu(fn, memory_warmup_iters=warm_up) * 1e3
+    print(f"Inductor's benchmarker of a 4 MiB add_ and 300 us of host time ({warm_up} warm-up writes): {us:.1f} us")
+    assert us < 50 if warm_up else us > 100
+
+
 class NeverFallsBack(_hold._QueuedLoop):
     @property
     def bound_ns(self):
