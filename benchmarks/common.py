@@ -335,7 +335,8 @@ def whole_write() -> Iterator[None]:
 # The hold as it is, the simpler design it was measured against, and none (benchmarks/synced.py,
 # benchmarks/budget.py).
 HOLDS = ("handshake", "spin only", "no hold")
-# the handshake with do_bench's queued loop held to HOLD_NS, as before that loop's longer bound
+# the handshake with a queued loop held to HOLD_NS, as before the longer bound (named when
+# do_bench's was the only queued loop: the records' rows keep the name)
 SHORT_BOUND = "handshake, 120 us in do_bench"
 # added to the call numbers the kernel sees, so the host's count never passes them; small enough
 # that the number stays an int32 (a larger one is another specialisation of the kernel)

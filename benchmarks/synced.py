@@ -15,15 +15,16 @@ busy-wait) before the timed call, as a slower host or a heavier Python stack wou
   of its samples, and how many it took), its flush Triton's ``clear_cache`` (whose write
   cleanflush owns: L2 / 8 of it, then 2 x L2 read), stock or write-read;
 * ``inductor`` rows: Inductor's ``InductorBenchmarker.benchmark_gpu``, a queued loop too (its
-  inline one-L2 write, then cleanflush's read), stock or write-read; its time is its samples'
-  minimum, and its memory warm-up's writes, queued at once, keep the GPU behind the host for
-  its first calls, so the hold keeps its 120 us bound there.
+  inline one-L2 write, then cleanflush's read), stock or write-read: its timed loop's samples'
+  minimum (what it returns, with its estimate's) and median.  Its memory warm-up's writes,
+  queued at once, keep the GPU behind the host for its first few calls, so the minimum can be
+  clean where most calls are not: the median says whether every call is.
 
 write-read runs with each hold design of ``common.hold_design``: the hold as it is (the
-pinned handshake; in do_bench's queued loop up to 1 ms), ``spin only`` (the simpler design: a
+pinned handshake; in a queued loop up to 1 ms), ``spin only`` (the simpler design: a
 ``%globaltimer`` spin bounded by the host's pace, only on an empty stream, never let go
-early), and ``no hold``; the do_bench rows also with the handshake held to 120 us there
-(``SHORT_BOUND``, the bound before do_bench's loop had a longer one).
+early), and ``no hold``; the do_bench and inductor rows also with the handshake held to 120
+us there (``SHORT_BOUND``, the bound before the queued loops had a longer one).
 
 ``hidden_us``: the largest X up to which every central mean stays within 5% of the one at
 X = 0; ``samples_at_0``: do_bench's samples with no delay (the host as it is).  Two shapes:
@@ -89,12 +90,13 @@ def queued_loop(fn: Callable[[], Any], delay_us: float) -> tuple[float, int]:
     return central_mean(times) * 1e3, len(times)
 
 
-def inductor_loop(fn: Callable[[], Any], delay_us: float) -> float:
-    """Inductor's benchmarker's time (us) of ``fn``, the host waiting ``delay_us`` before each
-    launch: its minimum, as Inductor's autotuning takes it."""
+def inductor_loop(fn: Callable[[], Any], delay_us: float) -> tuple[float, float]:
+    """Inductor's benchmarker's samples of ``fn`` (its timed loop, not its estimate), the host
+    waiting ``delay_us`` before each launch: their minimum and median (us)."""
     from torch._inductor.runtime.benchmarking import InductorBenchmarker
 
-    return float(InductorBenchmarker().benchmark_gpu(slowed(fn, delay_us))) * 1e3
+    times = InductorBenchmarker().benchmark_gpu(slowed(fn, delay_us), return_mode="all")
+    return min(times) * 1e3, statistics.median(times) * 1e3
 
 
 def hidden_us(medians: dict[int, float]) -> int:
@@ -132,7 +134,7 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
     queued: dict[str, Callable[[], Any]] = {"stock": lambda: flushing("stock")}
     queued.update({f"write-read, {d}": lambda d=d: write_read_held(d) for d in (*HOLDS, SHORT_BOUND)})
     # Inductor's benchmarker, a queued loop too (its inline write, then cleanflush's read)
-    inductor = {name: queued[name] for name in ("stock", "write-read, handshake")}
+    inductor = {name: queued[name] for name in ("stock", "write-read, handshake", f"write-read, {SHORT_BOUND}")}
 
     results = Results(out, "synced")
     for n, k in SHAPES:
@@ -154,8 +156,9 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
                     )
                 for name, context in inductor.items():
                     with context():
-                        us = inductor_loop(fn, delay)
-                    results.add(shape=shape, round=r, loop="inductor", flush=name, delay_us=delay, us=us)
+                        least, median = inductor_loop(fn, delay)
+                    for loop_name, us in (("inductor, min", least), ("inductor, median", median)):
+                        results.add(shape=shape, round=r, loop=loop_name, flush=name, delay_us=delay, us=us)
                 progress(f"synced: {shape}, round {r + 1}/{rounds}, delay {delay} us")
     summary = summarize(results.rows)
     print(table(summary))

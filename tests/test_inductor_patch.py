@@ -15,7 +15,7 @@ from torch._dynamo.utils import counters  # noqa: E402
 from torch._inductor import utils as inductor_utils  # noqa: E402
 
 import cleanflush  # noqa: E402
-from cleanflush import _flush, _state  # noqa: E402
+from cleanflush import _flush, _hold, _state  # noqa: E402
 from cleanflush.patches import inductor as inductor_patch  # noqa: E402
 
 from .conftest import run_python  # noqa: E402
@@ -96,6 +96,26 @@ def test_upstream_decorators_and_counters_still_run():
 
 
 @needs_cpu_device_type
+def test_the_inductor_benchmarkers_loop_holds_to_the_queued_bound_as_do_bench_does():
+    """Its loop queues every call and synchronizes once (torch 2.13 benchmarking.py): every
+    timed call, the flush before it included, runs under the long bound."""
+    bounds = []
+
+    def timed():
+        bounds.append(_hold.bound_ns())
+
+    def bench():
+        bounds.clear()
+        InductorBenchmarker().benchmark_gpu(timed, device_type="cpu", benchmark_iters=3, memory_warmup_iters=2)
+        return set(bounds), len(bounds)
+
+    assert bench() == ({_hold.QUEUED_HOLD_NS}, 1 + 5 + 3)
+    assert _hold.bound_ns() == _hold.HOLD_NS  # the loop ends with the call
+    cleanflush.uninstall()  # the negative control: the stock benchmarker, the stock bound
+    assert bench() == ({_hold.HOLD_NS}, 1 + 5 + 3)
+
+
+@needs_cpu_device_type
 def test_event_pairs_outside_a_benchmark_are_plain():
     pairs = InductorBenchmarker().get_event_pairs(2, device_type="cpu")
     assert not any(isinstance(start, wrapt.ObjectProxy) for start, _ in pairs)
@@ -159,6 +179,17 @@ def test_torch_profiler_benchmarker_reads_before_its_region_opens(monkeypatch, p
     assert (inside, outside, regions) == (0, 4, 4)  # never timed as part of the callable
     key = ("TorchProfilerBenchmarker.benchmark_gpu", "write-read")
     assert cleanflush.flush_counts() == {key: 6}
+
+
+@needs_profiled
+def test_the_profiler_benchmarker_keeps_the_short_bound(monkeypatch):
+    """Its timings are the kernels' own, by the profiler: no host time between calls reaches them."""
+    ProfiledOnCpu(monkeypatch)
+    bounds = []
+    benchmarking.TorchProfilerBenchmarker().benchmark_gpu(
+        lambda: bounds.append(_hold.bound_ns()), device_type="cpu", rep=2, estimation_iters=2, **EVERY_REP
+    )
+    assert len(bounds) == 1 + 2 + 2 and set(bounds) == {_hold.HOLD_NS}
 
 
 @needs_profiled
@@ -282,6 +313,11 @@ def test_autotune_subprocess_environment_carries_the_policy():
 # (read off torch 2.6, 2.9, 2.12 and 2.13; matrix/ runs the real ones).  Each row word for word.
 
 READ_NOTE = "policy read runs as write-read here: the stock write is inline"
+# The benchmarker's loop queues every call, as do_bench's: the long bound (1 ms), word for word.
+INDUCTOR_ROW = (
+    "read after the inline L2-sized zero_(), before each start event; its loop queues every call, "
+    f"so its reads may hold the GPU up to 1000 us for a host slower per call; {READ_NOTE}"
+)
 
 
 def stand_in(**names):
@@ -337,7 +373,7 @@ def test_torch_2_7_to_2_12_patches_the_inductor_benchmarker_only():
     assert rows == {
         "InductorBenchmarker.benchmark_gpu": (
             "patched",
-            f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}",
+            INDUCTOR_ROW,
         )
     }
     assert said == []
@@ -438,7 +474,7 @@ def test_the_rows_of_this_torch_word_for_word():
         "TritonBenchmarker.benchmark_gpu": ("patched", "flushes through triton.testing.do_bench: patched there"),
         "InductorBenchmarker.benchmark_gpu": (
             "patched",
-            f"read after the inline L2-sized zero_(), before each start event; {READ_NOTE}",
+            INDUCTOR_ROW,
         ),
     }
     if HAS_PROFILER_BENCH:

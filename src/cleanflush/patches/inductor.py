@@ -6,7 +6,11 @@ The write is inline, so we add only the read, right after it and before the time
   ``TorchProfilerBenchmarker``): each loop iteration is ``buffer.zero_();
   start_event.record(); _callable(); end_event.record()``.  Inside a patched benchmark
   call, ``get_event_pairs`` hands out start events whose ``record()`` enqueues the read
-  first.
+  first.  ``InductorBenchmarker``'s loops queue every call and synchronize once, as triton's
+  ``do_bench`` does, so its reads may hold as long (``_hold.queued_loop``): its minimum is
+  otherwise clean only where its memory warm-up's writes still keep the GPU behind the host
+  (its first few calls; benchmarks/synced.py).  The profiler's timings are its kernels' own,
+  which no host time reaches.
 * ``TorchProfilerBenchmarker``'s profiled loop and ``utils._do_bench_using_profiling``:
   ``buffer.zero_(); with record_function(NAME): fn()``.  Inside a patched benchmark call,
   entering a ``record_function`` with that NAME enqueues the read first, so the profiler
@@ -21,6 +25,7 @@ unknown shape leaves the stock code in place with a warning and a status line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from contextvars import ContextVar
@@ -28,7 +33,7 @@ from typing import Any, NamedTuple
 
 import wrapt
 
-from .. import _flush, _patching
+from .. import _flush, _hold, _patching
 from .._registry import name_of
 from .._state import Site, warn_once
 from . import triton as triton_patch
@@ -87,11 +92,15 @@ def upstream_default(module: str, name: str) -> str:
 
 
 @functools.cache  # the same wrapper at every install: a re-install wraps it again
-def _benchmark(target: str, written: int | None, default: tuple[str, str]) -> _patching.Wrapper:
+def _benchmark(target: str, written: int | None, default: tuple[str, str], queued: bool) -> _patching.Wrapper:
+    """The wrapper of a benchmark call: its flushes read for ``target``; ``queued``: its loop
+    times by events and never waits for the GPU, so its reads may hold up to the long bound."""
+
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         token = _active.set(_Site(target, written, kwargs.get("device_type"), default))
         try:
-            return wrapped(*args, **kwargs)
+            with _hold.queued_loop() if queued else contextlib.nullcontext():
+                return wrapped(*args, **kwargs)
         finally:
             _active.reset(token)
 
@@ -163,9 +172,15 @@ def _apply_benchmarking(module: Any) -> list[Site]:
         found = [Site(target, "unsupported", "not in this torch (added in 2.7); TritonBenchmarker is the default")]
     elif "benchmark_gpu" in vars(inductor) and "get_event_pairs" in vars(inductor):
         patches.wrap(inductor, "get_event_pairs", _get_event_pairs)
-        patches.wrap(inductor, "benchmark_gpu", _benchmark(target, None, default))
+        patches.wrap(inductor, "benchmark_gpu", _benchmark(target, None, default, queued=True))
         found = [
-            Site(target, "patched", f"read after the inline L2-sized zero_(), before each start event; {_READ_NOTE}")
+            Site(
+                target,
+                "patched",
+                "read after the inline L2-sized zero_(), before each start event; its loop queues every call, "
+                f"so its reads may hold the GPU up to {_hold.QUEUED_HOLD_NS // 1000} us for a host slower per call; "
+                f"{_READ_NOTE}",
+            )
         ]
     else:
         found = [_unsupported(target, "no get_event_pairs/benchmark_gpu on InductorBenchmarker")]
@@ -178,7 +193,7 @@ def _apply_benchmarking(module: Any) -> list[Site]:
     if region and "benchmark_gpu" in vars(profiler_cls) and inductor is not None:
         _patch_record_function()
         written = ROCM_PROFILER_WRITE if torch.version.hip else None
-        patches.wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written, default))
+        patches.wrap(profiler_cls, "benchmark_gpu", _benchmark(target, written, default, queued=False))
         found.append(
             Site(
                 target,
@@ -197,7 +212,9 @@ def _apply_utils(module: Any) -> list[Site]:
     if "_do_bench_using_profiling" in vars(module) and region:
         _patch_record_function()
         _patching.patch_set(NAME).wrap(
-            module, "_do_bench_using_profiling", _benchmark(target, PROFILING_WRITE, (module.__name__, "get_gpu_type"))
+            module,
+            "_do_bench_using_profiling",
+            _benchmark(target, PROFILING_WRITE, (module.__name__, "get_gpu_type"), queued=False),
         )
         return [Site(target, "patched", f"read after the inline zero_(), outside the profiled region; {_READ_NOTE}")]
     if "_do_bench_using_profiling" in vars(module):
