@@ -84,6 +84,12 @@ def queued_loop() -> Iterator[None]:
         _LOOP.reset(token)
 
 
+def queued_note() -> str:
+    """What the status row of a patched queued loop says of its bound."""
+    bound_us = QUEUED_HOLD_NS // 1000
+    return f"its loop queues every call, so its reads may hold the GPU up to {bound_us} us for a host slower per call"
+
+
 def bound_ns() -> int:
     """The longest a read may hold here: ``HOLD_NS``, or the queued loop's bound."""
     loop = _LOOP.get()

@@ -177,9 +177,7 @@ def _apply_benchmarking(module: Any) -> list[Site]:
             Site(
                 target,
                 "patched",
-                "read after the inline L2-sized zero_(), before each start event; its loop queues every call, "
-                f"so its reads may hold the GPU up to {_hold.QUEUED_HOLD_NS // 1000} us for a host slower per call; "
-                f"{_READ_NOTE}",
+                f"read after the inline L2-sized zero_(), before each start event; {_hold.queued_note()}; {_READ_NOTE}",
             )
         ]
     else:

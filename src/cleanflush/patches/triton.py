@@ -158,8 +158,7 @@ def _wrap_queued_loop() -> list[Site]:
         Site(
             DO_BENCH,
             "patched",
-            "flushes through the driver; its loop queues every call, so its reads may hold the GPU "
-            f"up to {_hold.QUEUED_HOLD_NS // 1000} us for a host slower per call",
+            f"flushes through the driver; {_hold.queued_note()}",
         )
     ]
 
