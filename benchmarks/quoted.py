@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import hosttime
-from .common import RESULTS, read_csv
+from . import hosttime, synced
+from .common import RESULTS, SHORT_BOUND, read_csv
 from .pick import REPLAYS, replays, rounds_spread, rule, why
 
 MiB = 1 << 20
@@ -305,7 +305,7 @@ def _median(values: list[float]) -> float:
 SYNCED_COLUMNS = (
     ("plain read", "plain read"),
     ("handshake", "write-read, handshake"),
-    ("handshake, 120 us in a queued loop", "write-read, handshake, 120 us in do_bench"),
+    ("handshake, 120 us in a queued loop", f"write-read, {SHORT_BOUND}"),
     ("spin only", "write-read, spin only"),
     ("no hold", "write-read, no hold"),
     ("stock", "stock"),
@@ -313,11 +313,11 @@ SYNCED_COLUMNS = (
 
 
 SYNCED_ROWS = (
-    ("synced", "hidden us"),
-    ("do_bench", "hidden us"),
-    ("do_bench", "samples"),
-    ("inductor, min", "hidden us"),
-    ("inductor, median", "hidden us"),
+    (synced.SYNCED, "hidden us"),
+    (synced.DO_BENCH, "hidden us"),
+    (synced.DO_BENCH, "samples"),
+    (synced.INDUCTOR_MIN, "hidden us"),
+    (synced.INDUCTOR_MEDIAN, "hidden us"),
 )
 
 
@@ -344,12 +344,12 @@ def synced_table(folder: Path) -> str:
                 else:
                     low, high = row["samples_at_0_range"]
                     cells.append(f"{row['samples_at_0']:.0f} [{low}-{high}]")
-            first = shape.replace("x", " x ") if (loop, what) == ("synced", "hidden us") else ""
+            first = shape.replace("x", " x ") if (loop, what) == SYNCED_ROWS[0] else ""
             lines.append(f"| {first} | {loop}: {what} | " + " | ".join(cells) + " |")
     bound = record.get("queued_hold_ns")
     loops = (
         "do_bench's and Inductor's queued loops"
-        if any(" inductor, " in name for name in summary)
+        if any(f" {synced.INDUCTOR_MIN}: " in name for name in summary)
         else "do_bench's queued loop"
     )
     caption = (

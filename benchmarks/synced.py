@@ -48,6 +48,8 @@ ROUNDS = 3
 ITERS = 150
 DELAYS_US = (0, 20, 40, 60, 80, 120, 160, 300, 600)
 SHAPES = ((4096, 4096), (2048, 2048))
+# the loops the record's rows name (``quoted`` reads them)
+SYNCED, DO_BENCH, INDUCTOR_MIN, INDUCTOR_MEDIAN = "synced", "do_bench", "inductor, min", "inductor, median"
 
 
 def loop(flush: Callable[[], Any], fn: Callable[[], Any], delay_us: float, iters: int) -> list[float]:
@@ -147,17 +149,17 @@ def run(out: Path, rounds: int = ROUNDS) -> Path:
                     with context():
                         loop(flush, fn, delay, 5)
                         times = loop(flush, fn, delay, ITERS)
-                    results.add(shape=shape, round=r, loop="synced", flush=name, delay_us=delay, us=central_mean(times))
+                    results.add(shape=shape, round=r, loop=SYNCED, flush=name, delay_us=delay, us=central_mean(times))
                 for name, context in queued.items():
                     with context():
                         mean, samples = queued_loop(fn, delay)
                     results.add(
-                        shape=shape, round=r, loop="do_bench", flush=name, delay_us=delay, us=mean, samples=samples
+                        shape=shape, round=r, loop=DO_BENCH, flush=name, delay_us=delay, us=mean, samples=samples
                     )
                 for name, context in inductor.items():
                     with context():
                         least, median = inductor_loop(fn, delay)
-                    for loop_name, us in (("inductor, min", least), ("inductor, median", median)):
+                    for loop_name, us in ((INDUCTOR_MIN, least), (INDUCTOR_MEDIAN, median)):
                         results.add(shape=shape, round=r, loop=loop_name, flush=name, delay_us=delay, us=us)
                 progress(f"synced: {shape}, round {r + 1}/{rounds}, delay {delay} us")
     summary = summarize(results.rows)
@@ -179,7 +181,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         mine = [row for row in rows if (row["shape"], row["loop"], row["flush"]) == key]
         means = {d: statistics.median(row["us"] for row in mine if row["delay_us"] == d) for d in DELAYS_US}
         found: dict[str, Any] = {"hidden_us": hidden_us(means), "us_by_delay": means}
-        if key[1] == "do_bench":
+        if key[1] == DO_BENCH:
             at_0 = [row["samples"] for row in mine if row["delay_us"] == 0]
             found.update(samples_at_0=statistics.median(at_0), samples_at_0_range=[min(at_0), max(at_0)])
         summary[" ".join((key[0], key[1] + ":", key[2]))] = found
