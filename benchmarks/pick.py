@@ -59,7 +59,8 @@ Runs = dict[str, list[dict[Key, dict[str, Any]]]]  # each rule's runs, in order:
 def rule(floor: str | None, again: str | None = None) -> dict[str, Any]:
     """The stable rule's settings a job ran under, so an entry says which rule it measured
     (``floor`` and ``again``: the variables' values, where set for the run)."""
-    settings: dict[str, Any] = {k.lower(): getattr(_pick, k) for k in ("FLOOR", "WINDOW", "ROUNDS", "MOST_TIMED_AGAIN")}
+    names = ("FLOOR", "WINDOW", "ROUNDS", "MOST_TIMED_AGAIN", "TICKS_ALIKE")
+    settings: dict[str, Any] = {k.lower(): getattr(_pick, k) for k in names}
     settings["noise_over_configs"] = _pick.NOISE_OVER_CONFIGS.__name__
     settings["again_ms"] = _env.parse_again_ms(again, _pick.AGAIN_MS)  # None: as long as the autotuner's own timings
     return {**settings, "floor": _env.parse_floor(floor, _pick.FLOOR)}
@@ -183,12 +184,12 @@ def moved(winners: list[str], picks: list[dict[str, Any] | None], start: list[st
             )
         elif p["too_noisy"]:
             found.append(
-                f"run {run}: the rounds' noise was {p['noise']:.1%}, over twice the {p['floor']:.0%} floor, "
+                f"run {run}: the rounds' noise was {p['noise']:.1%}, over twice the {_least(p)}, "
                 "so the autotuner's own pick stood"
             )
         else:
             ruled.append((run, p))
-            if p["band"] > p["floor"]:
+            if p["band"] > max(p["floor"], p.get("resolution", 0.0)):
                 found.append(f"run {run}: the rounds' noise widened the band to {p['band']:.1%}")
     configs = list(dict.fromkeys(c for _, p in ruled for c in p["candidates"]))  # first seen first
     for config in configs:
@@ -218,9 +219,16 @@ def _walks_moved(winners: list[str], start: list[str]) -> list[str]:
         if len(ends) > 1:
             found.append(
                 f"runs {_runs_text(runs)} started alike and ended at {len(ends)} configs: a step needs more than "
-                "the floor in one timing of each neighbour, and some steps were within the runs' noise"
+                "the floor (or the timer's resolution) in one timing of each neighbour, and some steps were within "
+                "the runs' noise"
             )
     return found
+
+
+def _least(pick: dict[str, Any]) -> str:
+    """What a run's band could not be narrower than: the floor, or the timer's resolution."""
+    tick = pick.get("resolution", 0.0)  # absent from lines before the rule had it
+    return f"{tick:.1%} timer's resolution" if tick > pick["floor"] else f"{pick['floor']:.0%} floor"
 
 
 def _over_best(pick: dict[str, Any], config: str) -> str:
@@ -232,7 +240,9 @@ def _over_best(pick: dict[str, Any], config: str) -> str:
         return "not timed again"
     if config == pick["fastest"]:
         return "alone within the window"
-    return f"over {_pick.WINDOW * pick['floor']:.0%} in the sweep"  # the window held only the fastest
+    tick = pick.get("resolution", 0.0)
+    window = f"{_pick.WINDOW * tick:.1%}" if tick > pick["floor"] else f"{_pick.WINDOW * pick['floor']:.0%}"
+    return f"over {window} in the sweep"  # the window held only the fastest
 
 
 def _runs_text(runs: list[int]) -> str:

@@ -380,11 +380,24 @@ def test_why_stable_picks_moved_names_the_config_at_the_bands_edge_and_the_runs_
     ]
 
 
+def test_why_stable_picks_moved_names_the_timers_resolution_where_it_set_the_band():
+    tick = 0.018  # 2.5 ticks of a 4.4 us kernel's own time: over the 1% floor
+    picks = [
+        {**_pick_line(["w4", "w8"], {"w4": 1.016, "w8": 1.0}, band=tick), "resolution": tick},
+        {**_pick_line(["w8"], {}, band=tick), "resolution": tick},
+        {**_pick_line(["w8"], {"w8": 1.0}, band=0.05, noise=0.05, too_noisy=True), "resolution": tick},
+    ]
+    assert pick.moved(["w4", "w8", "w8"], picks) == [
+        "run 3: the rounds' noise was 5.0%, over twice the 1.8% timer's resolution, so the autotuner's own pick stood",
+        "w4: within the band in run 1, outside it in run 2 (by run: +1.6%, over 3.6% in the sweep)",
+    ]  # a band of the resolution alone is not the noise's widening
+
+
 def test_why_coordinate_descent_walks_moved_tells_a_different_start_from_different_steps():
     assert pick.moved(["x", "y", "x", "x"], [None] * 4, start=["k1", "k1", "k2", "k2"]) == [
         "the walks started from 2 different configs (the kernel's stable pick moved)",
-        "runs 1, 2 started alike and ended at 2 configs: a step needs more than the floor in one timing of each "
-        "neighbour, and some steps were within the runs' noise",
+        "runs 1, 2 started alike and ended at 2 configs: a step needs more than the floor (or the timer's "
+        "resolution) in one timing of each neighbour, and some steps were within the runs' noise",
     ]
     assert pick.moved(["x", "x"], [None] * 2, start=["k1", "k2"]) == [
         "the walks started from 2 different configs (the kernel's stable pick moved)"

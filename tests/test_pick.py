@@ -66,6 +66,48 @@ def test_the_band_edge_is_inside_and_just_beyond_it_is_not():
     assert found.winner == "b" and found.candidates == ["b"]
 
 
+def read_by_the_timer(base, seed, jitter=0.5):
+    """A timer of ``base`` (config -> ms) as CUDA events read it: the time plus up to ``jitter``
+    ticks either way, on the timer's step (a single reading, as Inductor's minimum is)."""
+    rng = random.Random(seed)
+    tick = _pick.TICK_MS
+    return lambda config: round(base[config] / tick + rng.uniform(-jitter, jitter)) * tick
+
+
+# the Llama decode's first RMSNorm kernel on an H100 (the pick study): two configs about a tick
+# apart at 4 us, the first in Inductor's order the slower; a tick is 0.8% of it
+TICK_APART = {"r2048_w16": 0.004010, "r512_w4": 0.003975}
+
+
+def stable_over_readings(seeds, base=TICK_APART, read=read_by_the_timer):
+    picks = [_pick.stable(list(base), {c: read(base, s)(c) for c in base}, read(base, 1000 + s), 0.01) for s in seeds]
+    return {p.winner for p in picks}, picks
+
+
+def test_single_readings_a_tick_or_two_apart_are_one_choice(monkeypatch):
+    winners, picks = stable_over_readings(range(30))
+    assert winners == {"r2048_w16"}
+    assert all(p.band == p.resolution == pytest.approx(2.5 * 32e-6 / 0.003968, rel=0.02) for p in picks)
+    # the control: a band of the floor alone keeps the faster one whenever it read two ticks ahead
+    monkeypatch.setattr(_pick, "TICKS_ALIKE", 0.0)
+    winners, picks = stable_over_readings(range(30))
+    assert winners == {"r2048_w16", "r512_w4"} and {p.band for p in picks} == {0.01}
+
+
+def test_averaged_timings_resolve_finer_than_a_tick_and_keep_the_floor():
+    def averaged(base, seed):  # the mean of many readings: off the timer's step
+        rng = random.Random(seed)
+        return lambda config: base[config] * (1 + rng.uniform(-0.002, 0.002))
+
+    _, picks = stable_over_readings(range(10), read=averaged)
+    assert all(p.resolution == 0.0 and p.band >= 0.01 for p in picks)
+    assert _pick.resolution([0.004, 0.003968], 0.003968) > 0.02  # readings
+    assert _pick.resolution([0.004, 0.003968], 0.0) == 0.0
+    assert _pick.resolution([0.004, 0.0039681], 0.003968) == 0.0  # one not a reading
+    assert _pick.resolution([0.004, math.inf], 0.003968) == 0.0
+    assert _pick.resolution([0.004016, 0.003968], 0.003968) > 0  # on the half step: a median of two
+
+
 def test_the_measured_noise_widens_the_band_up_to_twice_the_floor():
     # a is 1.2% slower than b in the sweep; timed again, each moves against its round's
     # fastest, a by 1.5% and b by 1.8%: the noise is 1.5%, and a is inside that band
@@ -967,6 +1009,18 @@ def test_coordinate_descent_steps_only_beyond_the_floor_under_stable():
     assert descent(near, "fastest") == 128 and descent(near, "stable") == 64
     far = {64: 1.0, 128: 0.98}  # 2% faster: a step under either
     assert descent(far, "fastest") == 128 == descent(far, "stable")
+
+
+def test_coordinate_descent_steps_only_beyond_the_timers_resolution_under_stable(monkeypatch):
+    tick = _pick.TICK_MS
+    two = {64: 111 * tick, 128: 109 * tick}  # single readings of 3.5 us, two ticks (1.8%) faster
+    assert descent(two, "fastest") == 128 and descent(two, "stable") == 64
+    four = {64: 111 * tick, 128: 107 * tick}  # four ticks faster (3.6%): a step under either
+    assert descent(four, "fastest") == 128 == descent(four, "stable")
+    averaged = {64: 111.3 * tick, 128: 109.3 * tick}  # off the step (means of readings): the floor alone
+    assert descent(averaged, "stable") == 128
+    monkeypatch.setattr(_pick, "TICKS_ALIKE", 0.0)  # the control: the floor alone steps two ticks
+    assert descent(two, "stable") == 128
 
 
 def test_coordinate_descents_own_pick_is_recorded_named_as_its_tuner_names_configs(tmp_path, monkeypatch):

@@ -75,10 +75,11 @@ class PickLine(TypedDict):
     noise: float | None
     candidates: list[str]  # within the band after timing again, the autotuner's order
     timed_again: dict[str, float]  # each config's median over the rounds' fastest
-    too_noisy: bool  # the noise was over twice the floor: the autotuner's own pick was kept
+    too_noisy: bool  # the noise was over twice the floor (or resolution): the autotuner's own pick was kept
     rounds_ms: NotRequired[dict[str, list[float]]]  # each config's time in each round, the sweep's first
     shared_ms: NotRequired[float]  # what every timing held that was no config's own (the hooks), taken off
     again_s: NotRequired[float]  # the wall time the rule added to tuning (timing again, the hooks alone)
+    resolution: NotRequired[float]  # the share of the fastest's own time the timer cannot tell apart
 
 
 class Tuned(TypedDict):
@@ -142,6 +143,7 @@ def pick_line(picked: Picked, label: Callable[[Any], str] = str) -> PickLine:
         "rounds_ms": {label(c): ts for c, ts in picked.rounds_ms.items()},
         "shared_ms": picked.shared_ms,
         "again_s": picked.again_s,
+        "resolution": picked.resolution,
     }
 
 

@@ -24,8 +24,9 @@ every later lookup in its cache, keep it.  The measured timings go to the decisi
 
 **Coordinate descent** (``coordinate_descent_tuning``, on in the max-autotune modes) walks from
 the kept config to a neighbour whenever ``CoordescTuner.has_improvement`` says it is faster by
-over 0.1%; under ``stable`` a step needs more than the floor.  Nothing is timed again there:
-the step's band is the floor, not the measured noise.
+over 0.1%; under ``stable`` a step needs more than the floor, or than the timer's resolution
+where that is larger (``_pick.resolution``).  Nothing is timed again there: the step's band is
+not the measured noise.
 
 ``fastest`` changes nothing: each wrapper returns what it wrapped returned.
 """
@@ -122,7 +123,7 @@ def _has_improvement(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
     if not better or _pick.current_pick() != _pick.STABLE or len(args) != 2 or kwargs:
         return better
     baseline, test = args
-    return test < baseline * (1 - _pick.floor())
+    return test < baseline * (1 - max(_pick.floor(), _pick.resolution((baseline, test), baseline)))
 
 
 def _keep(timings: dict[Any, Any], order: list[Any], time_again: Any, name: str) -> dict[Any, Any]:

@@ -13,8 +13,9 @@ decided by timing noise, so fresh processes and ranks pick differently.
 2. each timing is taken over its round's fastest (a round the GPU ran slow in cancels); the
    noise is the lower median over the configs of those ratios' spread in the rounds timed
    again (the sweep chose the window, so its timings lean fast; one config that stalled
-   once does not widen it, of two configs either); the band is the larger of the floor and
-   the noise;
+   once does not widen it, of two configs either); the band is the larger of the floor, the
+   noise and the timer's resolution (``resolution()``: where the timings are single readings
+   of a kernel of a few microseconds, a floor is a tick or two);
 3. of the configs within the band of the best median, the first in the autotuner's own order
    is kept.
 
@@ -26,7 +27,8 @@ dilutes the band, and configs whose own time differs by several floors fall insi
 
 A config alone in the window is kept, with nothing timed again.  Noise over ``WINDOW`` x the
 floor keeps the autotuner's own pick: near-ties cannot be told apart at a cost under the floor
-there (benchmarks/results/h200/pick.json, gemlite at a 2% floor, before this cap).
+there (benchmarks/results/h200/pick.json, gemlite at a 2% floor, before this cap).  Where the
+timer's resolution is over the floor, it stands for the floor in the window and in this cap.
 
 The rule is a ``Choice`` (``_blocks``): ``CLEANFLUSH_PICK``, ``pick()`` blocks, children
 through the variable.  ``_autotuner`` applies it to Triton's ``Autotuner``,
@@ -38,7 +40,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -64,6 +66,15 @@ AGAIN_MS = 25.0
 # not widen the band, of two configs either (the mean of two did: fla's entry on an H100,
 # docs/pick.md).
 NOISE_OVER_CONFIGS = statistics.median_low
+# The CUDA event timer's step: every timing Inductor's and Triton's autotuners took in the pick
+# study lies on it, or on its half (the median of an even count), on the H100 and the H200
+# (benchmarks/results/*/pick.json, each decision's rounds_ms).
+TICK_MS = 32e-6
+# Single readings this many ticks apart are one choice: each is up to a tick off, so two differ
+# by up to two, and the half keeps two inside a band worked out in floating point.  At 1% a
+# 3-4 us kernel's band is about one tick, and the Llama decode's stable picks flipped between
+# configs one tick apart and two (benchmarks/results/h100/pick.json, llama_decode; docs/pick.md).
+TICKS_ALIKE = 2.5
 
 PICK = Choice(PICK_VAR, PICKS, DEFAULT_PICK, "pick rule", "pick rules")
 
@@ -150,12 +161,12 @@ class Picked:
 
     winner: object  # the config kept
     fastest: object  # the autotuner's own pick
-    band: float  # the band used: the floor, or the noise where that is larger
+    band: float  # the band used: the largest of the floor, the noise and the resolution
     floor: float
     noise: float | None  # the median spread of the rounds timed again (None: nothing timed again)
     candidates: list[Any] = field(default_factory=list)  # within the band, the autotuner's order
     timed_again: dict[Any, float] = field(default_factory=dict)  # each config's median over the rounds' fastest
-    too_noisy: bool = False  # the rounds' noise was over twice the floor: the autotuner's own pick kept
+    too_noisy: bool = False  # noise over twice the floor (or resolution): the autotuner's own pick kept
     # each config's time (ms) in each round, the sweep's first: what the ratios hide (a round
     # the whole GPU ran slow in) stays readable where a decision's noise needs explaining
     rounds_ms: dict[Any, list[float]] = field(default_factory=dict)
@@ -165,6 +176,9 @@ class Picked:
     # the wall time the rule took beyond the autotuner's own sweep (timing again, the hooks
     # alone): what it adds to tuning, per decision
     again_s: float = 0.0
+    # the share of the fastest's own time the timer cannot tell apart (``resolution()``; 0
+    # where the timings resolve finer): the band is at least this
+    resolution: float = 0.0
 
 
 def finite(timings: dict[C, float]) -> dict[C, float]:
@@ -199,16 +213,19 @@ def stable(
     def decide() -> Picked:
         ran = finite(timings)
         fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
-        near = window(order, ran, fastest, floor, 0.0)
+        tick = resolution(ran.values(), ran[fastest])
+        near = window(order, ran, fastest, max(floor, tick), 0.0)
         if len(near) < 2:
-            return Picked(fastest, fastest, floor, floor, None, [fastest])
+            return Picked(fastest, fastest, max(floor, tick), floor, None, [fastest], resolution=tick)
         # what every timing shares narrows the window, never widens it: asked only here
         held = float(shared()) if shared is not None else 0.0
         if not 0.0 <= held < ran[fastest]:  # more than a whole timing: not a part of each, so not taken off
             held = 0.0
-        near = window(order, ran, fastest, floor, held)
+        # the timer's step is the same share of fewer microseconds: the window stays as wide in time
+        tick = resolution(ran.values(), ran[fastest] - held)
+        near = window(order, ran, fastest, max(floor, tick), held)
         if len(near) < 2:
-            return Picked(fastest, fastest, floor, floor, None, [fastest], shared_ms=held)
+            return Picked(fastest, fastest, max(floor, tick), floor, None, [fastest], shared_ms=held, resolution=tick)
         if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
             head = near[: MOST_TIMED_AGAIN - 1]
             near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
@@ -217,7 +234,7 @@ def stable(
         for r in range(1, rounds):
             for c in near[::-1] if r % 2 else near:
                 rounds_ms[c].append(float(time_again(c)))
-        return settle(near, fastest, rounds_ms, held, floor)
+        return settle(near, fastest, rounds_ms, held, floor, tick)
 
     started = clock()
     picked = decide()
@@ -225,24 +242,46 @@ def stable(
     return picked
 
 
-def settle(near: list[C], fastest: C, rounds_ms: dict[C, list[float]], held: float, floor: float) -> Picked:
+def settle(
+    near: list[C], fastest: C, rounds_ms: dict[C, list[float]], held: float, floor: float, tick: float = 0.0
+) -> Picked:
     """The pick from the rounds' timings of the configs ``near`` the fastest (ms, the sweep's
-    first), each less ``held`` (what every timing shares)."""
+    first), each less ``held`` (what every timing shares); ``tick`` is the timer's resolution
+    (``resolution()``), which stands for the floor where it is the larger."""
+    least = max(floor, tick)
     own = {c: [t - held for t in ts] for c, ts in rounds_ms.items()}
     if min(min(ts) for ts in own.values()) <= 0:  # a config timed again under the shared time
-        return Picked(fastest, fastest, floor, floor, None, [fastest], {}, True, rounds_ms, held)
+        return Picked(fastest, fastest, least, floor, None, [fastest], {}, True, rounds_ms, held, resolution=tick)
     # each timing over its round's fastest: a round the whole GPU ran slow in cancels
-    least = [min(round_) for round_ in zip(*own.values())]
-    ratios = {c: [t / least[r] for r, t in enumerate(ts)] for c, ts in own.items()}
+    least_of_round = [min(round_) for round_ in zip(*own.values())]
+    ratios = {c: [t / least_of_round[r] for r, t in enumerate(ts)] for c, ts in own.items()}
     medians = {c: statistics.median(rs) for c, rs in ratios.items()}
     # the noise from the rounds timed again (the sweep chose the window, so it leans fast)
     noise = NOISE_OVER_CONFIGS([max(rs[1:]) - min(rs[1:]) for rs in ratios.values()])
-    band = max(floor, noise)
-    if band > WINDOW * floor:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
-        return Picked(fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held)
+    band = max(least, noise)
+    if band > WINDOW * least:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
+        return Picked(
+            fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held, resolution=tick
+        )
     best = min(medians.values())
     inside = [c for c in near if medians[c] <= best * (1 + band)]
-    return Picked(inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms, held)
+    return Picked(
+        inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms, held, resolution=tick
+    )
+
+
+def resolution(timings: Iterable[float], own_ms: float) -> float:
+    """The share of ``own_ms`` (the fastest config's own time) that the timer cannot tell
+    apart, ``TICKS_ALIKE`` ticks, where ``timings`` (ms) are single readings: each on the
+    timer's step or its half.  0 where any is not (an average of readings resolves finer)."""
+    found = [float(t) for t in timings]
+    if not found or own_ms <= 0 or not all(math.isfinite(t) for t in found):
+        return 0.0
+    half = TICK_MS / 2
+    # a reading is a float32 of ms: within a millionth of itself of the step
+    if all(abs(t - half * round(t / half)) <= 1e-6 * t for t in found):
+        return TICKS_ALIKE * TICK_MS / own_ms
+    return 0.0
 
 
 def window(order: Sequence[C], ran: dict[C, float], fastest: C, floor: float, held: float) -> list[C]:
