@@ -227,8 +227,8 @@ def _walks_moved(winners: list[str], start: list[str]) -> list[str]:
 
 def _least(pick: dict[str, Any]) -> str:
     """What a run's band could not be narrower than: the floor, or the timer's resolution."""
-    tick = pick.get("resolution", 0.0)  # absent from lines before the rule had it
-    return f"{tick:.1%} timer's resolution" if tick > pick["floor"] else f"{pick['floor']:.0%} floor"
+    unresolved = pick.get("resolution", 0.0)  # absent from lines before the rule had it
+    return f"{unresolved:.1%} timer's resolution" if unresolved > pick["floor"] else f"{pick['floor']:.0%} floor"
 
 
 def _over_best(pick: dict[str, Any], config: str) -> str:
@@ -240,8 +240,8 @@ def _over_best(pick: dict[str, Any], config: str) -> str:
         return "not timed again"
     if config == pick["fastest"]:
         return "alone within the window"
-    tick = pick.get("resolution", 0.0)
-    window = f"{_pick.WINDOW * tick:.1%}" if tick > pick["floor"] else f"{_pick.WINDOW * pick['floor']:.0%}"
+    unresolved = pick.get("resolution", 0.0)
+    window = f"{_pick.WINDOW * unresolved:.1%}" if unresolved > pick["floor"] else f"{_pick.WINDOW * pick['floor']:.0%}"
     return f"over {window} in the sweep"  # the window held only the fastest
 
 

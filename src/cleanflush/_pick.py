@@ -213,19 +213,21 @@ def stable(
     def decide() -> Picked:
         ran = finite(timings)
         fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
-        tick = resolution(ran.values(), ran[fastest])
-        near = window(order, ran, fastest, max(floor, tick), 0.0)
+        unresolved = resolution(ran.values(), ran[fastest])
+        near = window(order, ran, fastest, max(floor, unresolved), 0.0)
         if len(near) < 2:
-            return Picked(fastest, fastest, max(floor, tick), floor, None, [fastest], resolution=tick)
+            return Picked(fastest, fastest, max(floor, unresolved), floor, None, [fastest], resolution=unresolved)
         # what every timing shares narrows the window, never widens it: asked only here
         held = float(shared()) if shared is not None else 0.0
         if not 0.0 <= held < ran[fastest]:  # more than a whole timing: not a part of each, so not taken off
             held = 0.0
-        # the timer's step is the same share of fewer microseconds: the window stays as wide in time
-        tick = resolution(ran.values(), ran[fastest] - held)
-        near = window(order, ran, fastest, max(floor, tick), held)
+        # the timer's step is a larger share of the configs' own time: the window keeps its width in time
+        unresolved = resolution(ran.values(), ran[fastest] - held)
+        near = window(order, ran, fastest, max(floor, unresolved), held)
         if len(near) < 2:
-            return Picked(fastest, fastest, max(floor, tick), floor, None, [fastest], shared_ms=held, resolution=tick)
+            return Picked(
+                fastest, fastest, max(floor, unresolved), floor, None, [fastest], shared_ms=held, resolution=unresolved
+            )
         if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
             head = near[: MOST_TIMED_AGAIN - 1]
             near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
@@ -234,7 +236,7 @@ def stable(
         for r in range(1, rounds):
             for c in near[::-1] if r % 2 else near:
                 rounds_ms[c].append(float(time_again(c)))
-        return settle(near, fastest, rounds_ms, held, floor, tick)
+        return settle(near, fastest, rounds_ms, held, floor, unresolved)
 
     started = clock()
     picked = decide()
@@ -243,15 +245,15 @@ def stable(
 
 
 def settle(
-    near: list[C], fastest: C, rounds_ms: dict[C, list[float]], held: float, floor: float, tick: float = 0.0
+    near: list[C], fastest: C, rounds_ms: dict[C, list[float]], held: float, floor: float, unresolved: float = 0.0
 ) -> Picked:
     """The pick from the rounds' timings of the configs ``near`` the fastest (ms, the sweep's
-    first), each less ``held`` (what every timing shares); ``tick`` is the timer's resolution
+    first), each less ``held`` (what every timing shares); ``unresolved`` is the timer's resolution
     (``resolution()``), which stands for the floor where it is the larger."""
-    least = max(floor, tick)
+    least = max(floor, unresolved)
     own = {c: [t - held for t in ts] for c, ts in rounds_ms.items()}
     if min(min(ts) for ts in own.values()) <= 0:  # a config timed again under the shared time
-        return Picked(fastest, fastest, least, floor, None, [fastest], {}, True, rounds_ms, held, resolution=tick)
+        return Picked(fastest, fastest, least, floor, None, [fastest], {}, True, rounds_ms, held, resolution=unresolved)
     # each timing over its round's fastest: a round the whole GPU ran slow in cancels
     least_of_round = [min(round_) for round_ in zip(*own.values())]
     ratios = {c: [t / least_of_round[r] for r, t in enumerate(ts)] for c, ts in own.items()}
@@ -261,12 +263,22 @@ def settle(
     band = max(least, noise)
     if band > WINDOW * least:  # too noisy to tell near-ties apart: a band this wide would cost more than the floor
         return Picked(
-            fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held, resolution=tick
+            fastest, fastest, band, floor, noise, [fastest], dict(medians), True, rounds_ms, held, resolution=unresolved
         )
     best = min(medians.values())
     inside = [c for c in near if medians[c] <= best * (1 + band)]
     return Picked(
-        inside[0], fastest, band, floor, noise, list(inside), dict(medians), False, rounds_ms, held, resolution=tick
+        inside[0],
+        fastest,
+        band,
+        floor,
+        noise,
+        list(inside),
+        dict(medians),
+        False,
+        rounds_ms,
+        held,
+        resolution=unresolved,
     )
 
 
