@@ -527,6 +527,7 @@ def test_status_says_each_pick_rule_and_check_fails_on_an_invalid_one():
     stable = status.pick_rule_says(" Stable ")
     assert stable.startswith("CLEANFLUSH_PICK= Stable : Triton @autotune kernels and Inductor's algorithm selection")
     assert "its floor 1%;" in stable and stable.endswith("timed again for 25 ms")  # the defaults
+    assert "at least 2.5 steps of the 32 ns event timer where the timings are single readings" in stable
     tuned = status.pick_rule_says("stable", "0.5", "FULL")
     assert "its floor 0.5%;" in tuned and tuned.endswith("timed again for as long as the autotuner's own timings")
     for floor, again in (("half", None), (None, "soon")):  # said whatever the rule: pick() selects stable in code

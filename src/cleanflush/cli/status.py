@@ -98,7 +98,9 @@ def pick_rule_says(value: str | None, floor: str | None = None, again: str | Non
     return (
         f"{_env.PICK_VAR}={value}: Triton @autotune kernels and Inductor's algorithm selection and kernel configs "
         f"keep the first config, in their own order, within the band of the fastest (its floor "
-        f"{band_floor * 100:g}%; Inductor's coordinate descent steps only beyond it); configs a Triton "
+        f"{band_floor * 100:g}%; at least {_pick.TICKS_ALIKE:g} steps of the {_pick.TICK_MS * 1e6:g} ns event "
+        "timer where the timings are single readings of it; Inductor's coordinate descent steps only beyond "
+        "it); configs a Triton "
         f"autotuner timed with do_bench are timed again for {length}"
     )
 
