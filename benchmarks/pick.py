@@ -184,7 +184,7 @@ def moved(winners: list[str], picks: list[dict[str, Any] | None], start: list[st
             )
         elif p["too_noisy"]:
             found.append(
-                f"run {run}: the rounds' noise was {p['noise']:.1%}, over twice the {_least(p)}, "
+                f"run {run}: the rounds' noise was {p['noise']:.1%}, over twice the {' '.join(_least(p))}, "
                 "so the autotuner's own pick stood"
             )
         else:
@@ -225,10 +225,13 @@ def _walks_moved(winners: list[str], start: list[str]) -> list[str]:
     return found
 
 
-def _least(pick: dict[str, Any]) -> str:
-    """What a run's band could not be narrower than: the floor, or the timer's resolution."""
+def _least(pick: dict[str, Any], times: float = 1) -> tuple[str, str]:
+    """``times`` what a run's band could not be narrower than, as a share, and its name: the
+    floor, or the timer's resolution where that was larger."""
     unresolved = pick.get("resolution", 0.0)  # absent from lines before the rule had it
-    return f"{unresolved:.1%} timer's resolution" if unresolved > pick["floor"] else f"{pick['floor']:.0%} floor"
+    if unresolved > pick["floor"]:
+        return f"{times * unresolved:.1%}", "timer's resolution"
+    return f"{times * pick['floor']:.0%}", "floor"
 
 
 def _over_best(pick: dict[str, Any], config: str) -> str:
@@ -240,8 +243,7 @@ def _over_best(pick: dict[str, Any], config: str) -> str:
         return "not timed again"
     if config == pick["fastest"]:
         return "alone within the window"
-    unresolved = pick.get("resolution", 0.0)
-    window = f"{_pick.WINDOW * unresolved:.1%}" if unresolved > pick["floor"] else f"{_pick.WINDOW * pick['floor']:.0%}"
+    window, _ = _least(pick, _pick.WINDOW)
     return f"over {window} in the sweep"  # the window held only the fastest
 
 

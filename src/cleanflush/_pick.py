@@ -214,20 +214,20 @@ def stable(
         ran = finite(timings)
         fastest = min(ran, key=ran.__getitem__)  # the autotuner's pick: the first of equal times
         unresolved = resolution(ran.values(), ran[fastest])
-        near = window(order, ran, fastest, max(floor, unresolved), 0.0)
+        least = max(floor, unresolved)
+        near = window(order, ran, fastest, least, 0.0)
         if len(near) < 2:
-            return Picked(fastest, fastest, max(floor, unresolved), floor, None, [fastest], resolution=unresolved)
+            return Picked(fastest, fastest, least, floor, None, [fastest], resolution=unresolved)
         # what every timing shares narrows the window, never widens it: asked only here
         held = float(shared()) if shared is not None else 0.0
         if not 0.0 <= held < ran[fastest]:  # more than a whole timing: not a part of each, so not taken off
             held = 0.0
         # the timer's step is a larger share of the configs' own time: the window keeps its width in time
         unresolved = resolution(ran.values(), ran[fastest] - held)
-        near = window(order, ran, fastest, max(floor, unresolved), held)
+        least = max(floor, unresolved)
+        near = window(order, ran, fastest, least, held)
         if len(near) < 2:
-            return Picked(
-                fastest, fastest, max(floor, unresolved), floor, None, [fastest], shared_ms=held, resolution=unresolved
-            )
+            return Picked(fastest, fastest, least, floor, None, [fastest], shared_ms=held, resolution=unresolved)
         if len(near) > MOST_TIMED_AGAIN:  # the first in order (the ones a pick can fall on) and the fastest
             head = near[: MOST_TIMED_AGAIN - 1]
             near = head + [fastest if fastest not in head else near[MOST_TIMED_AGAIN - 1]]
@@ -245,7 +245,7 @@ def stable(
 
 
 def settle(
-    near: list[C], fastest: C, rounds_ms: dict[C, list[float]], held: float, floor: float, unresolved: float = 0.0
+    near: list[C], fastest: C, rounds_ms: dict[C, list[float]], held: float, floor: float, unresolved: float
 ) -> Picked:
     """The pick from the rounds' timings of the configs ``near`` the fastest (ms, the sweep's
     first), each less ``held`` (what every timing shares); ``unresolved`` is the timer's resolution

@@ -100,8 +100,7 @@ def pick_rule_says(value: str | None, floor: str | None = None, again: str | Non
         f"keep the first config, in their own order, within the band of the fastest (its floor "
         f"{band_floor * 100:g}%; at least {_pick.TICKS_ALIKE:g} steps of the {_pick.TICK_MS * 1e6:g} ns event "
         "timer where the timings are single readings of it; Inductor's coordinate descent steps only beyond "
-        "it); configs a Triton "
-        f"autotuner timed with do_bench are timed again for {length}"
+        f"it); configs a Triton autotuner timed with do_bench are timed again for {length}"
     )
 
 
