@@ -71,9 +71,9 @@ NOISE_OVER_CONFIGS = statistics.median_low
 # (benchmarks/results/*/pick.json, each decision's rounds_ms).
 TICK_MS = 32e-6
 # Single readings this many ticks apart are one choice: each is up to a tick off, so two differ
-# by up to two, and the half keeps two inside a band worked out in floating point.  At 1% a
-# 3-4 us kernel's band is about one tick, and the Llama decode's stable picks flipped between
-# configs one tick apart and two (benchmarks/results/h100/pick.json, llama_decode; docs/pick.md).
+# by up to two, and the half keeps two inside a band worked out in floating point.  For a
+# kernel of a few microseconds the floor is about a tick, and picks flipped between configs one
+# tick apart and two (the pick study's Llama decode on an H100; docs/pick.md).
 TICKS_ALIKE = 2.5
 
 PICK = Choice(PICK_VAR, PICKS, DEFAULT_PICK, "pick rule", "pick rules")
