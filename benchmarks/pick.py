@@ -43,7 +43,7 @@ from typing import Any
 from cleanflush import _env, _pick
 from cleanflush._ab import folders, read_decisions
 from cleanflush._ab.compare import by_key
-from cleanflush._pick import FASTEST, STABLE
+from cleanflush._pick import FASTEST, STABLE, Picked
 
 from .common import RESULTS, kept_record, progress
 
@@ -96,9 +96,9 @@ def run_job(job: str, work: str, runs: int = RUNS) -> dict[str, Any]:
     picks, runs_of = result["picks"], _runs(keep, runs)
     found.update(
         agreement=picks["agreement"],
-        total=picks["total"],
+        total=_total(picks["total"]),
         wall_s=picks["wall_s"],
-        again_s=picks.get("again_s"),
+        again_s=picks.get("again_s", {}).get(STABLE),
         decisions=_with_runs([_decision(d) for d in picks["decisions"]], runs_of),
         spread=_spread(runs_of),
         pricing_s=result["pricing_s"],
@@ -147,13 +147,14 @@ def why(decisions: list[dict[str, Any]]) -> dict[Key, list[str]]:
     for d in decisions:
         if len(set(d["stable_winners"])) > 1 and "stable_picks" in d:
             start = kernels.get((d["op"], d["key"]), []) if d["kind"] == "inductor-coordesc" else None
-            found[(d["kind"], d["op"], d["key"])] = moved(d["stable_winners"], d["stable_picks"], start)
+            picks = [None if p is None else Picked.from_line(p) for p in d["stable_picks"]]
+            found[(d["kind"], d["op"], d["key"])] = moved(d["stable_winners"], picks, start)
     return found
 
 
 def _ran(timings: dict[str, Any]) -> dict[str, float]:
     """The configs that ran, with their times (ms), in the autotuner's order."""
-    return {c: float(t) for c, t in timings.items() if isinstance(t, (int, float)) and 0 < t < float("inf")}
+    return {c: t for c, t in _pick.ran_only(timings).items() if t > 0}
 
 
 def sweep(timings: dict[str, Any]) -> dict[str, float]:
@@ -166,7 +167,7 @@ def sweep(timings: dict[str, Any]) -> dict[str, float]:
     return {c: round(t / best, 6) for c, t in ran.items() if t <= best * (1 + SWEPT)}
 
 
-def moved(winners: list[str], picks: list[dict[str, Any] | None], start: list[str] | None = None) -> list[str]:
+def moved(winners: list[str], picks: list[Picked[str] | None], start: list[str] | None = None) -> list[str]:
     """Why one decision's stable runs kept different configs, a line per cause, from what each
     run's rule found (``pick`` lines, in run order) or, for a coordinate descent walk, from
     where each walk started (``start``: the kernel's stable picks, in run order)."""
@@ -175,25 +176,25 @@ def moved(winners: list[str], picks: list[dict[str, Any] | None], start: list[st
     if any(p is None for p in picks) or len(picks) != len(winners):
         return ["some stable runs made no stable pick here (the rule did not reach the decision)"]
     found: list[str] = []
-    ruled: list[tuple[int, dict[str, Any]]] = []
+    ruled: list[tuple[int, Picked[str]]] = []
     for run, p in enumerate(filter(None, picks), 1):
-        if p["too_noisy"] and p["noise"] is None:
+        if p.too_noisy and p.noise is None:
             found.append(
                 f"run {run}: a config was timed again in less than the autotuner's hooks alone took "
-                f"({p.get('shared_ms', 0.0) * 1e3:.1f} us), so the autotuner's own pick stood"
+                f"({p.shared_ms * 1e3:.1f} us), so the autotuner's own pick stood"
             )
-        elif p["too_noisy"]:
+        elif p.too_noisy:
             found.append(
-                f"run {run}: the rounds' noise was {p['noise']:.1%}, over twice the {' '.join(_least(p))}, "
+                f"run {run}: the rounds' noise was {p.noise:.1%}, over twice the {' '.join(_least(p))}, "
                 "so the autotuner's own pick stood"
             )
         else:
             ruled.append((run, p))
-            if p["band"] > max(p["floor"], p.get("resolution", 0.0)):
-                found.append(f"run {run}: the rounds' noise widened the band to {p['band']:.1%}")
-    configs = list(dict.fromkeys(c for _, p in ruled for c in p["candidates"]))  # first seen first
+            if p.band > _pick.least(p.floor, p.resolution):
+                found.append(f"run {run}: the rounds' noise widened the band to {p.band:.1%}")
+    configs = list(dict.fromkeys(c for _, p in ruled for c in p.candidates))  # first seen first
     for config in configs:
-        inside = [run for run, p in ruled if config in p["candidates"]]
+        inside = [run for run, p in ruled if config in p.candidates]
         if len(inside) == len(ruled):
             continue
         outside = [run for run, _ in ruled if run not in inside]
@@ -225,23 +226,23 @@ def _walks_moved(winners: list[str], start: list[str]) -> list[str]:
     return found
 
 
-def _least(pick: dict[str, Any], times: float = 1) -> tuple[str, str]:
-    """``times`` what a run's band could not be narrower than, as a share, and its name: the
-    floor, or the timer's resolution where that was larger."""
-    unresolved = pick.get("resolution", 0.0)  # absent from lines before the rule had it
-    if unresolved > pick["floor"]:
-        return f"{times * unresolved:.1%}", "timer's resolution"
-    return f"{times * pick['floor']:.0%}", "floor"
+def _least(pick: Picked[str], times: float = 1) -> tuple[str, str]:
+    """``times`` what a run's band could not be narrower than (``_pick.least``), as a share, and
+    its name: the floor, or the timer's resolution where that was larger."""
+    least = _pick.least(pick.floor, pick.resolution)
+    if least > pick.floor:
+        return f"{times * least:.1%}", "timer's resolution"
+    return f"{times * least:.0%}", "floor"
 
 
-def _over_best(pick: dict[str, Any], config: str) -> str:
+def _over_best(pick: Picked[str], config: str) -> str:
     """Where ``config`` stood in one run: over the best timed again, or why it was not timed again."""
-    timed = pick.get("timed_again") or {}
+    timed = pick.timed_again
     if config in timed:
         return f"{timed[config] / min(timed.values()) - 1:+.1%}"
     if timed:
         return "not timed again"
-    if config == pick["fastest"]:
+    if config == pick.fastest:
         return "alone within the window"
     window, _ = _least(pick, _pick.WINDOW)
     return f"over {window} in the sweep"  # the window held only the fastest
@@ -315,13 +316,23 @@ def _mean_ratio(sweeps: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _decision(d: dict[str, Any]) -> dict[str, Any]:
-    """What the record keeps of one decision: each side's picks, the bands, and the price ratio."""
-    kept = {k: d[k] for k in ("kind", "op", "key", "fastest_winners", "stable_winners", "bands", "calls", "priced")}
-    kept["candidates"] = len(d["candidates"])
-    for k in ("stable_over_fastest", "noise", "not_priced"):
+    """What the record keeps of one decision (ab's, for fastest against stable): each side's
+    picks, the stable runs' bands, and the price ratio."""
+    kept = {k: d[k] for k in ("kind", "op", "key", "calls", "priced")}
+    kept.update(fastest_winners=d["winners"][FASTEST], stable_winners=d["winners"][STABLE])
+    kept.update(bands=d["bands"][STABLE], candidates=len(d["candidates"][STABLE]))
+    if "ratio" in d:
+        kept["stable_over_fastest"] = d["ratio"]
+    for k in ("noise", "not_priced"):
         if k in d:
             kept[k] = d[k]
     return kept
+
+
+def _total(total: dict[str, Any]) -> dict[str, Any]:
+    """What the record keeps of ab's job total (for fastest against stable)."""
+    kept = {k: total[k] for k in ("priced", "counted", "ratio")}
+    return {**kept, "fastest_us": total["us"][FASTEST], "stable_us": total["us"][STABLE]}
 
 
 def _spread(runs_of: Runs) -> dict[str, Any]:
@@ -353,9 +364,10 @@ def rounds_spread(decisions: list[dict[str, Any]]) -> dict[str, Any]:
     noise the rule's band stands on; shorter timings again widen it."""
     spreads = []
     for decision in decisions:
-        for pick in filter(None, decision.get("stable_picks", [])):  # None: a run with no pick line there
-            held = pick.get("shared_ms", 0.0)
-            for times in pick.get("rounds_ms", {}).values():
+        for line in filter(None, decision.get("stable_picks", [])):  # None: a run with no pick line there
+            pick = Picked.from_line(line)
+            held = pick.shared_ms
+            for times in pick.rounds_ms.values():
                 again = [t - held for t in times[1:]]
                 if len(again) == 2:
                     spreads.append(abs(again[1] - again[0]) / statistics.mean(again))

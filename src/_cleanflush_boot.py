@@ -1,6 +1,7 @@
 """Interpreter start-up hook for cleanflush (run from ``cleanflush.pth``).
 
-Imported at every interpreter start where ``CLEANFLUSH`` (or ``CLEANFLUSH_PICK``) is set, so it imports nothing and
+Imported at every interpreter start where ``CLEANFLUSH`` (or ``CLEANFLUSH_PICK``,
+``CLEANFLUSH_PICK_FILE``) is set, so it imports nothing and
 does almost nothing: unless the value says "off", it puts a finder at the front of
 ``sys.meta_path`` that waits for the first import of a package cleanflush patches (torch,
 triton, a harness, or a script's own module such as GPU MODE's ``utils``).  Only then does
@@ -40,6 +41,7 @@ TRIGGERS = frozenset(
 # The values of CLEANFLUSH that switch cleanflush off: written here alone (cleanflush._env
 # takes them from here), since this module reads them before anything is imported.
 OFF = ("0", "off", "false", "no")
+PICK_VARIABLES = ("CLEANFLUSH_PICK", "CLEANFLUSH_PICK_FILE")  # each turns cleanflush on by itself
 
 
 class _WakeOnImport:
@@ -79,8 +81,8 @@ def _import_cleanflush():
 def boot():
     global booted, report_at_start
     value = os.environ.get("CLEANFLUSH", "")
-    # a pick rule alone turns cleanflush on too: the rule runs through its patches
-    asked = value.strip() or os.environ.get("CLEANFLUSH_PICK", "").strip()
+    # a pick rule or a pick file alone turns cleanflush on too: each runs through its patches
+    asked = value.strip() or any(os.environ.get(name, "").strip() for name in PICK_VARIABLES)
     if booted or value.strip().lower() in OFF or not asked:
         return
     booted = True

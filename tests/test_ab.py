@@ -13,7 +13,7 @@ import time
 import pytest
 
 import cleanflush
-from cleanflush import _ab
+from cleanflush import _ab, _labels
 from cleanflush import _decisions as decisions
 from cleanflush._ab import compare as _ab_compare
 from cleanflush._ab import report as _ab_report
@@ -490,8 +490,8 @@ def test_choice_labels_and_shapes_are_the_same_in_every_process():
         description = "cublas"
 
     assert decisions.choice_label(ExternKernelChoice()) == "ExternKernelChoice cublas"
-    assert decisions._shape(Node([1, 4096])) == "1x4096 bfloat16"
-    assert decisions._shape(object()) == "object"
+    assert _labels.shape(Node([1, 4096])) == "1x4096 bfloat16"
+    assert _labels.shape(object()) == "object"
 
 
 def test_a_decision_that_cannot_be_read_is_said_once_and_the_timings_pass_through(recording):

@@ -288,12 +288,12 @@ def test_a_kernel_tuned_under_a_name_of_its_own_is_found():
 
 WORKER_COUNTS = """
 import multiprocessing, os, types
-from cleanflush import _autotuner, _decisions
+from cleanflush import _decisions, _tunercache
 _decisions._count_in_workers()
 
 def work(_):
     kernel = types.SimpleNamespace(__module__="lib", __name__="kernel")
-    cache = _autotuner.cache_of(types.SimpleNamespace(cache={{}}, base_fn=kernel))
+    cache = _tunercache.cache_of(types.SimpleNamespace(cache={{}}, base_fn=kernel))
     for _ in range(3):
         (7,) in cache
     return 0
@@ -331,24 +331,25 @@ def test_the_recorder_keeps_the_autotuners_own_cache_dict():
     assert ("key",) in tuner.cache and tuner.cache.data is mine
 
 
-def test_the_counts_a_fork_inherits_are_the_parents_to_write():
+def test_the_counts_a_fork_inherits_are_the_parents_to_write(tmp_path):
     code = """
 import os, json, types
-from cleanflush import _autotuner
+from cleanflush import _decisions, _tunercache
 kernel = types.SimpleNamespace(__module__="lib", __name__="kernel")
-cache = _autotuner.cache_of(types.SimpleNamespace(cache={}, base_fn=kernel))
+cache = _tunercache.cache_of(types.SimpleNamespace(cache={}, base_fn=kernel))
 (1,) in cache
+counts = lambda: {op: dict(c) for op, c in _decisions.COUNTS.items() if c}
 pid = os.fork()
 if pid == 0:
-    print(json.dumps(dict(cache.calls)), flush=True)
+    print(json.dumps(counts()), flush=True)
     os._exit(0)
 os.waitpid(pid, 0)
-print(json.dumps(dict(cache.calls)))
+print(json.dumps(counts()))
 """
-    out = run_python(code)
+    out = run_python(code, env={"CLEANFLUSH_DECISIONS": str(tmp_path / "d.jsonl")})
     assert out.returncode == 0, out.stderr
     child, parent = (json.loads(line) for line in out.stdout.splitlines())
-    assert child == {} and parent == {"(1,)": 1}
+    assert child == {} and parent == {"lib.kernel": {"(1,)": 1}}
 
 
 def test_a_call_larger_than_the_limit_is_refused_and_one_at_the_limit_is_recorded(tmp_path, monkeypatch):

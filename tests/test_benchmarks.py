@@ -276,9 +276,10 @@ def test_the_round_to_round_spread_is_each_configs_own_time_between_the_two_roun
     from benchmarks import pick
 
     # whole timings 12.0 (the sweep's, left out), 12.5 and 13.0 with 2.0 shared: own 10.5 and 11.0
-    hooked = {"shared_ms": 2.0, "rounds_ms": {"a": [12.0, 12.5, 13.0], "b": [12.0, 12.0, 12.0]}}
-    plain = {"rounds_ms": {"c": [5.0, 4.0, 6.0]}}  # no shared time: 4 and 6, 2 over their mean of 5
-    found = pick.rounds_spread([{"stable_picks": [hooked]}, {"stable_picks": [plain, {"noise": None}, None]}])
+    hooked = {**_pick_line(["a"], {}), "shared_ms": 2.0, "rounds_ms": {"a": [12.0, 12.5, 13.0], "b": [12.0] * 3}}
+    plain = {**_pick_line(["c"], {}), "rounds_ms": {"c": [5.0, 4.0, 6.0]}}  # no shared time: 4 and 6, 2 over 5
+    unsettled = _pick_line(["a"], {}, noise=None)  # nothing timed again: no rounds
+    found = pick.rounds_spread([{"stable_picks": [hooked]}, {"stable_picks": [plain, unsettled, None]}])
     assert found["configs"] == 3 and found["median"] == pytest.approx(0.5 / 10.75) and found["max"] == 0.4
     assert pick.rounds_spread([{"fastest_winners": ["a"]}]) == {"configs": 0}  # an entry from before rounds_ms
 
@@ -336,6 +337,7 @@ def test_replays_count_the_decisions_a_rule_picks_alike_and_check_the_fastest_ag
 
 def _pick_line(candidates, timed_again, band=0.01, noise=0.001, too_noisy=False):
     return {
+        "rule": "stable",
         "fastest": candidates[0],
         "band": band,
         "floor": 0.01,
@@ -346,6 +348,13 @@ def _pick_line(candidates, timed_again, band=0.01, noise=0.001, too_noisy=False)
     }
 
 
+def picked(lines):
+    """Pick lines as the study reads them back."""
+    from cleanflush._pick import Picked
+
+    return [None if line is None else Picked.from_line(line) for line in lines]
+
+
 def test_why_stable_picks_moved_names_the_config_at_the_bands_edge_and_the_runs_the_noise_decided():
     edge = {"w4": 1.009, "w8": 1.0}
     picks = [
@@ -354,7 +363,7 @@ def test_why_stable_picks_moved_names_the_config_at_the_bands_edge_and_the_runs_
         _pick_line(["w8"], {"w8": 1.0}, band=0.12, noise=0.12, too_noisy=True),
         _pick_line(["w4", "w8"], edge, band=0.015, noise=0.015),
     ]
-    why = pick.moved(["w4", "w8", "w8", "w4"], picks)
+    why = pick.moved(["w4", "w8", "w8", "w4"], picked(picks))
     assert why == [
         "run 3: the rounds' noise was 12.0%, over twice the 1% floor, so the autotuner's own pick stood",
         "run 4: the rounds' noise widened the band to 1.5%",
@@ -362,7 +371,7 @@ def test_why_stable_picks_moved_names_the_config_at_the_bands_edge_and_the_runs_
     ]
     # a run whose window held only its fastest timed nothing again: the others were over twice the floor
     alone = [_pick_line(["w4"], {}), _pick_line(["w8"], {}), _pick_line(["w8", "w4"], {"w8": 1.0, "w4": 1.004})]
-    assert pick.moved(["w4", "w8", "w8"], alone) == [
+    assert pick.moved(["w4", "w8", "w8"], picked(alone)) == [
         "w4: within the band in run 1, 3, outside it in run 2 (by run: alone within the window, over 2% in the sweep, "
         "+0.4%)",
         "w8: within the band in run 2, 3, outside it in run 1 (by run: over 2% in the sweep, alone within the window, "
@@ -370,12 +379,12 @@ def test_why_stable_picks_moved_names_the_config_at_the_bands_edge_and_the_runs_
     ]
     # a run whose config was timed again under what the hooks alone took: the autotuner's own pick
     under = {**_pick_line(["w8"], {}, noise=None, too_noisy=True), "shared_ms": 0.0125}
-    assert pick.moved(["w4", "w8"], [picks[0], under]) == [
+    assert pick.moved(["w4", "w8"], picked([picks[0], under])) == [
         "run 2: a config was timed again in less than the autotuner's hooks alone took (12.5 us), so the "
         "autotuner's own pick stood"
     ]
     # w8, in every ruled run's band, is no cause; a run without a pick line says the rule never reached it
-    assert pick.moved(["w4", "w8"], [picks[0], None]) == [
+    assert pick.moved(["w4", "w8"], picked([picks[0], None])) == [
         "some stable runs made no stable pick here (the rule did not reach the decision)"
     ]
 
@@ -387,7 +396,7 @@ def test_why_stable_picks_moved_names_the_timers_resolution_where_it_set_the_ban
         {**_pick_line(["w8"], {}, band=tick), "resolution": tick},
         {**_pick_line(["w8"], {"w8": 1.0}, band=0.05, noise=0.05, too_noisy=True), "resolution": tick},
     ]
-    assert pick.moved(["w4", "w8", "w8"], picks) == [
+    assert pick.moved(["w4", "w8", "w8"], picked(picks)) == [
         "run 3: the rounds' noise was 5.0%, over twice the 1.8% timer's resolution, so the autotuner's own pick stood",
         "w4: within the band in run 1, outside it in run 2 (by run: +1.6%, over 3.6% in the sweep)",
     ]  # a band of the resolution alone is not the noise's widening

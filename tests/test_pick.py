@@ -8,6 +8,7 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import types
 import pytest
 
 import cleanflush
-from cleanflush import _autotuner, _pick
+from cleanflush import _autotuner, _pick, _tunercache
 
 from .conftest import environ_without_cleanflush, run_python
 from .triton_layout import needs_autotune_do_bench
@@ -637,15 +638,17 @@ def test_ab_compare_pick_runs_both_rules_under_the_clean_flush_and_reports_them(
     runs = sorted(name for name in os.listdir(tmp_path / "k") if name.startswith("run"))
     assert runs == ["run1-fastest", "run2-stable", "run3-fastest", "run4-stable"]
     [decision] = record["picks"]["decisions"]
-    assert decision["stable_winners"] == ["BLOCK: 16, " + decision["stable_winners"][0].split(", ", 1)[1]] * 2
-    assert len(decision["bands"]) == 2 and decision["candidates"]  # each stable run's band and candidates
+    stable = decision["winners"]["stable"]
+    assert stable == ["BLOCK: 16, " + stable[0].split(", ", 1)[1]] * 2
+    assert len(decision["bands"]["stable"]) == 2 and decision["candidates"]["stable"]  # each stable run's
+    assert decision["bands"]["fastest"] == [] and record["picks"]["rules"] == ["fastest", "stable"]
     agreement = record["picks"]["agreement"]
     assert set(agreement) == {"fastest", "stable"} and agreement["stable"]["agree"] == 1
     assert all(len(v) == 2 for v in record["picks"]["wall_s"].values())
     text = subprocess.run(
         [*command[:-2], "--", sys.executable, str(job)], env=env, capture_output=True, text=True, timeout=300
     ).stdout
-    assert "the autotuners' own pick (fastest) against the stable rule, both under write-read" in text
+    assert "the pick rules fastest and stable, both under write-read" in text
     assert "stable: 1 of 1 decisions picked alike in all 2 runs" in text and "wall time a run, median" in text
 
 
@@ -666,7 +669,7 @@ def test_compare_picks_prices_each_rules_picks_and_weights_the_job_by_calls():
     def line(winner, key="1", rule=None):
         found = {"kind": "triton", "op": "lib.k", "key": key, "timings_ms": {"A": 1.0, "B": 1.0}, "winner": winner}
         if rule:
-            found["pick"] = {"rule": "stable", "band": 0.012, "candidates": ["A", "B"]}
+            found["pick"] = {"rule": "stable", "band": 0.012, "candidates": ["A", "B"], "fastest": "A", "floor": 0.01}
         return found
 
     calls = {"kind": "calls", "op": "lib.k", "counts": {"1": 10, "2": 4}}
@@ -675,9 +678,11 @@ def test_compare_picks_prices_each_rules_picks_and_weights_the_job_by_calls():
     prices = {"A": {"us": 10.0, "low": 9.9, "high": 10.1}, "B": {"us": 10.4, "low": 10.3, "high": 10.5}}
     found = compare.compare_picks(fastest, stable, [{"key": ["triton", "lib.k", "1"], "prices": prices}], [])
     first, second = found["decisions"]
-    assert first["priced"] and first["bands"] == [0.012, 0.012] and first["candidates"] == ["A", "B"]
+    assert first["priced"] and first["bands"] == {"fastest": [], "stable": [0.012, 0.012]}
+    assert first["candidates"] == {"fastest": [], "stable": ["A", "B"]}
     fastest_mean, stable_mean = (10.4 + 10.0) / 2, 10.0  # each run's pick counted
-    assert first["stable_over_fastest"] == pytest.approx(stable_mean / fastest_mean)
+    assert first["ratio"] == pytest.approx(stable_mean / fastest_mean)
+    assert first["us"] == pytest.approx({"fastest": fastest_mean, "stable": stable_mean})
     assert first["noise"] == pytest.approx(max(0.2 / 10.0, 0.2 / 10.4))
     assert not second["priced"]  # every run picked alike: nothing to price
     assert found["total"]["ratio"] == pytest.approx(stable_mean / fastest_mean) and found["total"]["counted"] == 1
@@ -692,6 +697,7 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
         found = {"kind": "triton", "op": "lib.k", "key": key, "timings_ms": {"A": 1.0}, "winner": winner}
         if rule:
             found["pick"] = {"rule": "stable", "band": 0.01 if key == "1" else 0.025, "candidates": ["A", "B"]}
+            found["pick"].update(fastest="A", floor=0.01)
             found["pick"]["shared_ms"] = 0.0 if key == "1" else 0.0125  # the hooks timed alone, in 2
             found["pick"]["again_s"] = 0.5 if key == "1" else 0.25  # 1.0 s a run
         return found
@@ -719,9 +725,12 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
         "picks": picks,
     }
     lines = report.format_report(result).splitlines()
-    assert (
-        lines[3] == "autotuning decisions matched in both: 3; with the stable rule applied: 3 (Triton @autotune, "
-        "Inductor's algorithm selection and kernel configs; Inductor's coordinate descent steps only beyond the floor)"
+    assert lines[1] == (
+        "  the pick rules fastest and stable, both under write-read, 2 run(s) each, interleaved, fresh caches per run"
+    )
+    assert lines[3] == (
+        "autotuning decisions matched in both: 3 (Triton @autotune, Inductor's algorithm selection and kernel "
+        "configs, their coordinate descent)"
     )
     assert lines[4] == "  fastest: 2 of 3 decisions picked alike in all 2 runs (2 within the noise by price)"
     assert lines[5] == "  stable: 3 of 3 decisions picked alike in all 2 runs (3 within the noise by price)"
@@ -734,14 +743,14 @@ def test_the_pick_report_says_each_rules_picks_its_price_and_the_wall_time():
     ]
     assert lines[two + 3 : two + 6] == [
         "    stable bands 2.5%-2.5%, 2 config(s) in them",
-        "    the autotuner's hooks, timed alone: 12.5-12.5 us, taken off each timing",
+        "    stable: the autotuner's hooks, timed alone: 12.5-12.5 us, taken off",
         f"    stable / fastest {12.0 / 10.0:.4f} by price (noise 0.2%): slower",
     ]
     assert "  lib.k 3" not in lines  # every run of both rules picked A
     total = (3 * 10.0 + 1 * 12.0) / (3 * 10.5 + 1 * 10.0)
     assert f"job, over the 2 priced decision(s) whose calls were counted: stable / fastest {total:.4f}" in lines[-3]
     assert lines[-2:] == [
-        "wall time a run, median: fastest 11.0 s, stable 12.0 s (+9.1%)",
+        "wall time a run, median: fastest 11.0 s, stable 12.0 s (+9.1%, within the runs of one rule's spread of 20.0%)",
         "  of a stable run, the rule's own timing (configs again, hooks alone), median: 1.0 s",
     ]
     # lines from before the rule's time was recorded: no such line
@@ -819,7 +828,7 @@ def test_a_choice_that_fails_when_timed_again_keeps_inductors_pick_said_once(tmp
     if len(d["timings_ms"]) < 2:
         pytest.skip("Inductor offered one choice on this CPU (no C++ GEMM template for its ISA)")
     assert d["winner"].startswith("_mkl_linear") and "pick" not in d  # Inductor's own pick
-    said = [line for line in child.stderr.splitlines() if "kept Inductor's own pick" in line]
+    said = [line for line in child.stderr.splitlines() if "kept the autotuner's own pick" in line]
     assert len(said) == 1 and "fails when timed again" in said[0]
 
 
@@ -864,13 +873,13 @@ def test_inductors_window_is_timed_again_with_the_sweeps_own_inputs_and_hint():
     with cleanflush.pick("stable"):
         kept = _inductor_pick._autotune(wrapped, me, ("mm", nodes, layout), kwargs)
         assert kept["a"] < kept["b"] == 1.0 and kept["c"] == 1.5  # a kept: the first in order within the band
-        assert _inductor_pick.picked_for(kept).winner == "a" and _inductor_pick.picked_for(dict(kept)) is None
+        assert _inductor_pick.picked_in(kept).winner == "a" and _inductor_pick.picked_in(dict(kept)) is None
         assert me.calls == [([c], nodes, layout, gens, 7) for c in ("b", "a", "a", "b")]
         me.calls.clear()
         together = _inductor_pick._autotune(wrapped, me, ("mm", nodes, layout), {**kwargs, "is_collective": True})
         assert together == {"a": 1.004, "b": 1.0, "c": 1.5} and me.calls == []  # every rank times together: Inductor's
         Selector.benchmark = lambda self, choices, *rest, **kw: {}  # a choice with no time again: Inductor's, said once
-        with pytest.warns(RuntimeWarning, match="kept Inductor's own pick .*failed when timed again"):
+        with pytest.warns(RuntimeWarning, match="kept the autotuner's own pick: .*failed when timed again"):
             assert _inductor_pick._autotune(wrapped, me, ("mm2", nodes, layout), kwargs)["a"] == 1.004
 
 
@@ -964,7 +973,7 @@ def test_a_clear_winner_among_inductors_kernel_configs_is_kept_and_nothing_is_ti
 
 def test_a_kernel_config_that_fails_when_timed_again_keeps_inductors_pick_said_once():
     tuner, launchers, _ = kernel_tuner({1: 1.004, 8: 1.0}, {1: math.inf, 8: 1.0})
-    with cleanflush.pick("stable"), pytest.warns(RuntimeWarning, match="triton_red_fused_mv_0 kept Inductor's own"):
+    with cleanflush.pick("stable"), pytest.warns(RuntimeWarning, match="triton_red_fused_mv_0 kept the autotuner's"):
         tuner.autotune_to_one_config()
     assert tuner.launchers == [launchers[8]] and launchers[1].kernel.closed
 
@@ -1058,3 +1067,235 @@ def test_a_sweep_that_fails_under_stable_still_closes_what_inductor_closed_on_th
     with cleanflush.pick("stable"), pytest.raises(RuntimeError, match="launch failed"):
         tuner.autotune_to_one_config()
     assert launchers[8].kernel.closed == 1 and launchers[1].kernel.closed == 0  # as Inductor's own loop leaves them
+
+
+# ---- the rule's edges (#70): keys after a failed sweep, a second key, one config, a third rule ----
+
+KEYS_JOB = """
+import json, os, random
+import torch, triton, triton.language as tl
+
+rng = random.Random(0)
+# per key, each BLOCK's time: under 256, 64 the fastest; under 512 and 1024, 32 the fastest and 16
+# first in order within the band (the stable pick); the pruner keeps 64 from 512 and all but 16 from 1024
+BASE = {256: {64: 0.9, 16: 1.004, 32: 1.0}, 512: {64: 0.9, 16: 1.004, 32: 1.0}, 1024: {64: 0.9, 16: 1.004, 32: 1.0}}
+timed, block, now = [], [], {}
+
+def bench(kernel_call, quantiles=None, **kw):
+    kernel_call()
+    timed.append((now["n"], block[-1]))
+    if os.environ.get("RAISE") == str(now["n"]) and len([t for t in timed if t[0] == now["n"]]) == 2:
+        raise RuntimeError("the sweep fails")
+    t = BASE[now["n"]][block[-1]] * (1 + rng.uniform(-0.0001, 0.0001))
+    return [t, t, t]
+
+def pre(nargs):
+    block.append(nargs["BLOCK"])
+
+def prune(configs, named_args, **kwargs):
+    n = named_args["n"]
+    keep = {512: (16, 32), 1024: (16,)}.get(n, (64, 16, 32))
+    return [c for c in configs if c.kwargs["BLOCK"] in keep]
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=pre) for b in (64, 16, 32)], key=["n"], do_bench=bench,
+                 restore_value=["x_ptr"], prune_configs_by={"early_config_prune": prune})
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=m) + 1, mask=m)
+
+picks = {}
+for n in (256, 512, 1024):
+    now["n"] = n
+    x = torch.zeros(n)
+    try:
+        add_one[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, n)
+        picks[n] = add_one.best_config.kwargs["BLOCK"]
+    except RuntimeError:  # the job catches a failed sweep and goes on
+        picks[n] = "raised"
+copied = add_one.cache.copy()
+print(json.dumps({"picks": picks, "timed": timed, "copy": type(copied).__name__, "copied": len(copied),
+                  "merged": len(add_one.cache | {}), "repr": repr(add_one.cache).startswith("{")}))
+"""
+
+
+@needs_autotune_do_bench
+def test_a_second_key_after_a_stable_re_timing_is_under_the_rule_too(tmp_path):
+    found, _ = interpreted(tmp_path, "keys_job.py", KEYS_JOB, CLEANFLUSH="1", CLEANFLUSH_PICK="stable")
+    assert found["picks"] == {"256": 64, "512": 16, "1024": 16}  # 512: the stable pick, not its fastest (32)
+    fastest, _ = interpreted(tmp_path, "keys_job.py", KEYS_JOB, CLEANFLUSH="1", CLEANFLUSH_PICK="fastest")
+    assert fastest["picks"]["512"] == 32  # the negative control
+
+
+@needs_autotune_do_bench
+def test_a_sweep_that_raised_leaves_nothing_for_the_next_keys_decision(tmp_path):
+    found, _ = interpreted(tmp_path, "keys_job.py", KEYS_JOB, CLEANFLUSH="1", CLEANFLUSH_PICK="stable", RAISE="256")
+    assert found["picks"] == {"256": "raised", "512": 16, "1024": 16}
+    assert [b for n, b in found["timed"] if n == 512 and b == 64] == []  # the pruner's exclusion holds
+    assert [b for n, b in found["timed"] if n == 256] == [64, 16]  # the failed sweep timed 64, then raised
+
+
+@needs_autotune_do_bench
+def test_a_one_config_decision_gets_no_stable_record_and_the_cache_keeps_dict_methods(tmp_path):
+    decisions = tmp_path / "d.jsonl"
+    found, _ = interpreted(
+        tmp_path, "keys_job.py", KEYS_JOB, CLEANFLUSH="1", CLEANFLUSH_PICK="stable", CLEANFLUSH_DECISIONS=str(decisions)
+    )
+    lines = {
+        json.loads(line)["key"]: json.loads(line) for line in decisions.read_text().splitlines() if '"key"' in line
+    }
+    one = next(d for key, d in lines.items() if key.startswith("(1024"))
+    assert len(one["timings_ms"]) == 1 and "pick" not in one  # one config: nothing to choose among
+    assert "pick" in next(d for key, d in lines.items() if key.startswith("(512"))
+    assert found["copy"] == "dict" and found["copied"] == found["merged"] == 3 and found["repr"]
+
+
+def test_an_autotuner_whose_cache_is_no_dict_keeps_its_pick_said_once():
+    class Own(dict):
+        pass
+
+    tuner = types.SimpleNamespace(cache=Own(), base_fn=types.SimpleNamespace(__module__="lib", __name__="k"))
+    with pytest.warns(RuntimeWarning, match="lib.k keeps its picks in a Own, not a dict: the stable pick rule"):
+        assert _tunercache.cache_of(tuner, needed_by="the stable pick rule") is None
+    assert _tunercache.cache_of(tuner, needed_by="the stable pick rule") is None  # said once
+    assert _tunercache.cache_of(tuner) is None and type(tuner.cache) is Own  # left alone
+
+
+def test_current_pick_is_the_autotuners_own_while_cleanflush_is_not_installed():
+    with cleanflush.pick("stable"):
+        assert cleanflush.current_pick() == "stable"
+        cleanflush.uninstall()
+        assert cleanflush.current_pick() == "fastest" and cleanflush.current_policy() == "write"
+    out = run_python(
+        "import cleanflush; print(cleanflush.current_pick(), cleanflush.is_installed())",
+        env={"CLEANFLUSH": "0", "CLEANFLUSH_PICK": "stable"},
+    )
+    assert out.stdout.split() == ["fastest", "False"], out.stderr
+
+
+def test_inductors_rule_keeps_inductors_timings_where_its_call_does_not_bind():
+    from cleanflush import _inductor_pick
+
+    def autotune(*args, **kwargs):  # takes the call, but says it takes another: no arguments to read
+        return {"a": 1.004, "b": 1.0}
+
+    autotune.__signature__ = inspect.Signature([inspect.Parameter("name", inspect.Parameter.POSITIONAL_ONLY)])
+    with cleanflush.pick("stable"):
+        found = _inductor_pick._autotune(autotune, object(), ("mm",), {"choices": ["a", "b"]})
+    assert found == {"a": 1.004, "b": 1.0}
+
+
+def test_inductors_algorithm_selection_is_wrapped_only_where_its_autotune_takes_what_the_rule_needs(monkeypatch):
+    from cleanflush import _inductor_pick, _patching
+
+    class Selector:
+        def autotune(self, name, input_nodes, layout):  # no input_gen_fns, no choices
+            return {}
+
+        def benchmark(self, choices, input_nodes, layout, input_gen_fns):
+            return {}
+
+    module = types.ModuleType("select")
+    module.AlgorithmSelectorCache = Selector
+    monkeypatch.setitem(sys.modules, _inductor_pick.SELECT, module)
+    own = vars(Selector)["autotune"]
+    _inductor_pick.apply()
+    assert vars(Selector)["autotune"] is own  # left alone: its own pick
+    Selector.benchmark = lambda self, layout: {}  # and where benchmark takes no choices, likewise
+    Selector.autotune = lambda self, name, input_nodes, layout, input_gen_fns, choices: {}
+    own = vars(Selector)["autotune"]
+    _inductor_pick.apply()
+    assert vars(Selector)["autotune"] is own
+    _patching.patch_set(_inductor_pick.NAME).revert()
+
+
+def test_inductors_kernel_configs_are_zeroed_again_after_the_stable_re_timing():
+    tuner, launchers, timed = kernel_tuner({1: 1.004, 8: 1.0}, {1: 1.003, 8: 1.0})
+    zeroed = []
+    tuner.reset_to_zero_args = lambda *args, **kwargs: zeroed.append(len(timed))
+    with cleanflush.pick("stable"):
+        tuner.autotune_to_one_config("in", "out")
+    assert tuner.launchers == [launchers[1]] and len(timed) == 6
+    assert zeroed and zeroed[-1] == 6  # after the last timing again: the call that follows sees zeros
+
+
+def test_a_triton_error_when_a_kernel_config_is_timed_again_keeps_inductors_pick_said_once():
+    errors = pytest.importorskip("triton.runtime.errors")
+    tuner, launchers, _ = kernel_tuner({1: 1.004, 8: 1.0}, {8: 1.0})
+    real = tuner.bench
+
+    def bench(launcher, *args, **kwargs):
+        if launcher.xblock == 1 and launcher.kernel.closed == 0 and getattr(bench, "swept", False):
+            raise errors.OutOfResources(1 << 20, 1 << 16, "shared memory")
+        bench.swept = launcher.xblock == 8 or getattr(bench, "swept", False)
+        return real(launcher, *args, **kwargs)
+
+    tuner.bench = bench
+    with cleanflush.pick("stable"), pytest.warns(RuntimeWarning, match="OutOfResources"):
+        tuner.autotune_to_one_config()
+    assert tuner.launchers == [launchers[8]]
+
+
+def first_within(order, timings, time_again, floor, shared=None):
+    """A third rule, for the test: the first config in order within twice the floor of the
+    sweep's fastest, with nothing timed again."""
+    swept = _pick.ran_only(timings)
+    fastest = min(swept, key=swept.__getitem__)
+    near = [c for c in order if c in swept and swept[c] <= swept[fastest] * (1 + 2 * floor)]
+    return _pick.Picked("first-within", near, fastest, 2 * floor, floor)
+
+
+@pytest.fixture
+def third_rule(monkeypatch):
+    rule = _pick.Rule("first-within", first_within, times_again=False, descends_beyond_floor=False,
+                      summary="autotuners keep the first config in order within twice the floor")  # fmt: skip
+    monkeypatch.setitem(_pick.RULES, rule.name, rule)
+    monkeypatch.setattr(_pick.PICK, "names", tuple(_pick.RULES))
+    return rule
+
+
+def test_a_third_rule_is_one_record_the_hooks_apply_without_naming_it(third_rule):
+    tuner, launchers, timed = kernel_tuner({1: 1.015, 8: 1.0, 64: 1.5}, {})
+    with cleanflush.pick("first-within"):
+        assert cleanflush.current_pick() == "first-within" and _pick.current_rule() is third_rule
+        tuner.autotune_to_one_config()
+    assert tuner.launchers == [launchers[1]] and len(timed) == 3  # 1.5% inside 2%: kept, nothing timed again
+
+
+def test_a_third_rule_reaches_status_and_ab(third_rule, monkeypatch):
+    from cleanflush.cli import ab as ab_cli
+
+    assert ab_cli.rules_pair("stable, first-within") == ("stable", "first-within")
+    for bad, said in [
+        ("stable", "expected two pick rules, comma-separated (valid: fastest, stable, first-within)"),
+        ("stable,stable", "stable twice: ab compares two different pick rules"),
+        ("stable,fast", "unknown cleanflush pick rule 'fast'; valid pick rules: fastest, stable, first-within"),
+    ]:
+        with pytest.raises(Exception, match=re.escape(said)):
+            ab_cli.rules_pair(bad)
+    from cleanflush._ab import compare, report
+
+    def line(winner, rule):
+        found = {"kind": "triton", "op": "lib.k", "key": "1", "timings_ms": {"A": 1.0}, "winner": winner}
+        found["pick"] = {"rule": rule, "candidates": [winner], "fastest": "A", "band": 0.02, "floor": 0.01}
+        return found
+
+    picks = compare.compare_picks(
+        [[line("A", "stable")]], [[line("B", "first-within")]], [], [], ("stable", "first-within")
+    )
+    assert picks["decisions"][0]["winners"] == {"stable": ["A"], "first-within": ["B"]}
+    text = report.format_report(
+        {"command": ["job"], "policy": "write-read", "runs": 1, "run_codes": [], "skipped_lines": [], "picks": picks}
+    )
+    assert "the pick rules stable and first-within" in text and "    first-within: B x1" in text
+
+
+def test_ab_compare_pick_refuses_an_invalid_floor_before_the_first_run(tmp_path):
+    env = {**environ_without_cleanflush(), "CLEANFLUSH_PICK_FLOOR": "150"}
+    out = subprocess.run([*AB_PICK, "--", "true"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "CLEANFLUSH_PICK_FLOOR='150' is not a percentage from 0 to 100" in out.stderr
+    assert "run 1 of" not in out.stderr  # refused before the first run
+    out = subprocess.run([*AB_PICK[:-2], "--rules", "fastest,stable", "--", "true"], env=env, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2 and "--rules names the pick rules --compare pick sets against each other" in out.stderr

@@ -5,7 +5,8 @@ it knows then flushes L2 with its stock write followed by a float32 read of a se
 region of at least 2 x L2 (the ``write-read`` policy), so dirty lines are written back
 before the timer starts instead of during the timed kernel.  ``cleanflush.policy("read")``
 selects a read-only flush for a block, ``policy("write")`` the stock one; ``pick("stable")``
-makes autotuners keep the same config among near-ties in every process.  Neither torch nor
+makes autotuners keep the same config among near-ties in every process, and the ranks of a
+distributed job agree on every pick through the job's own store (``pick_store``).  Neither torch nor
 triton is imported here: targets are patched when they are imported, or at once if they
 already are.
 """
@@ -16,6 +17,7 @@ import os
 import sys
 
 from . import _env, _flush, _targets
+from ._agree import pick_store
 from ._pick import PICKS, current_pick, pick
 from ._policies import DEFAULT_POLICY, POLICIES
 from ._policy import current_policy, policy
@@ -32,6 +34,7 @@ __all__ = [
     "install",
     "is_installed",
     "pick",
+    "pick_store",
     "policy",
     "status",
     "uninstall",

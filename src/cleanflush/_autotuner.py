@@ -1,142 +1,150 @@
-"""Triton's ``Autotuner`` as cleanflush sees it: the pick rule (``_pick``) applied where it
-stores its pick, and its cache counting calls for ``cleanflush ab`` (``_decisions``).
+"""The pick rule (``_pick``) on Triton's ``Autotuner``, through its cache (``_tunercache``).
 
-``Autotuner.run`` times each config with ``self._bench(*args, config=config, **kwargs)``, then
-stores ``min(timings)`` with ``self.cache[key] = ...`` (``run`` and ``check_disk_cache``'s
-``benchmark``, read at triton-lang/triton 0094017; the installed 3.0-3.9 alike).  So the hook
-is two things: ``_bench`` wrapped, which notes each timing and the call while the rule is
-``stable``, and the autotuner's cache dict wrapped (``TunerCache``), whose ``__setitem__``
-applies the rule to the pick about to be stored.  Libraries' subclasses that override
-``run`` keep both paths as long as they time through ``_bench`` and store in ``cache``.
-A single config, or a key read from Triton's disk cache (``cache_results=True``: the
-fastest of the timings the file holds, the same in every process that reads it): nothing
-timed, so the autotuner's own pick stands.  ``fastest`` costs nothing:
-``_bench`` checks the rule and returns.
+``Autotuner.run`` times each config with ``self._bench(*args, config=config, **kwargs)`` and
+stores ``min(timings)`` in its cache (triton-lang/triton 0094017; the installed 3.0-3.9 alike).
+So the hook is ``_bench`` wrapped, which notes each timing (and the call, where the rule times
+again) while a rule that chooses is selected, and a store hook on the cache that applies the
+rule to the pick about to be stored.  A lookup that misses starts a new sweep: what an earlier
+sweep that raised noted is dropped.  Libraries' subclasses that override ``run`` keep both paths
+as long as they time through ``_bench`` and store in ``cache``.  A single config, or a key read
+from Triton's disk cache (``cache_results=True``): nothing timed, so nothing to choose among.
+Under a rule that changes picks, the disk cache is written with the kept config at the
+fastest's time less a billionth, so every process that reads the file keeps the writer's pick.
+``fastest`` costs nothing: ``_bench`` asks the rule and returns.
 
 A tuner with hooks (``restore_value``, ``reset_to_zero``, a pre- or post-hook) runs them
-inside every config's timing; where configs are near, the stable rule has ``_bench`` time
-them once more with nothing launched (``NotLaunched`` in the tuner's ``fn`` for that call),
-and takes that off each timing (``_pick.stable``'s ``shared``).
+inside every config's timing; where configs are near, the rule has ``_bench`` time them once
+more with nothing launched (``NotLaunched`` in the tuner's ``fn`` for that call), and takes that
+off each timing (``_pick.stable``'s ``shared``).
 
 Where the tuner times with Triton's own ``do_bench`` (its default), timings again are
-``_pick.again_ms()`` long (``CLEANFLUSH_PICK_AGAIN_MS``; ``full``: as long as the sweep's): the
-tuner's ``do_bench`` is that function at that length while the rule times, and the same
-object after.  Shorter timings cut the rule's tuning time and widen its noise (docs/pick.md,
-the measured trade).  A job's own benchmark function is called as the sweep called it.
+``_pick.again_ms()`` long: the tuner's ``do_bench`` is that function at that length while the
+rule times, and the same object after.  A job's own benchmark function is called as the sweep
+called it.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
-from collections import Counter
-from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import wrapt
 
-from . import _patching, _pick
-from ._state import warn_once
+from . import _agree, _patching, _pick, _tunercache
+from ._policy import current_policy
+from ._tunercache import AUTOTUNER, TunerCache, cache_of, ms
 
 NAME = "pick"  # its patches' key in STATE; not a flush target, so not in the registry
-AUTOTUNER = "triton.runtime.autotuner"
+NUDGE = 1e-9  # the kept config's time under the fastest's, in a disk cache: min() keeps it
 
 
-def ms(value: Any) -> float:
-    """A timing as the autotuner keeps it (a float, or [median, p20, p80])."""
-    return float(value[0] if isinstance(value, (list, tuple)) else value)
+@dataclass
+class Sweep:
+    """What one tuner's sweep timed since its last pick was stored (the rule's own state)."""
+
+    timed: dict[Any, Any] = field(default_factory=dict)  # config -> its timing
+    call: tuple[tuple[Any, ...], dict[str, Any]] | None = None  # what those timings ran
+    timing_again: bool = False  # the rule's own timings are not the sweep's
 
 
-def op_name(tuner: Any) -> str:
-    """A Triton kernel's name, as decisions name it: its module and function."""
-    fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
+# id of a tuner's cache -> its sweep (every wrapped cache lives until uninstall: ids stay its own)
+SWEEPS: dict[int, Sweep] = {}
 
 
-class TunerCache(MutableMapping[Any, Any]):
-    """An autotuner's cache, wrapped: it keeps the autotuner's own dict and reads and writes
-    through it, so a reference the job took to that dict sees every key tuned after.
+def _on_lookup(cache: TunerCache, key: Any) -> None:
+    """A key missing from the cache: the sweep about to run is new, unless a pick agreed
+    elsewhere (another rank, an earlier run) is found for it: then it is stored, and nothing
+    is tuned."""
+    if key in cache.data:
+        return
+    SWEEPS.pop(id(cache), None)
+    rule = _pick.current_rule()
+    if not _agree.active(rule.choose is not None):
+        return
+    decision = decision_of(cache, key)
+    found = _agree.in_file(decision, _agree.here()) or _agree.published(decision, rule.choose is not None)
+    config = _config(cache.tuner.configs, found.pick) if found is not None else None
+    if found is not None and config is not None:
+        cache.data[key] = config
+        cache.agreed[key] = found.source
 
-    It counts the calls of each key (Triton's ``run`` asks ``key in cache`` once a call,
-    cached or not; its other reads are by ``[]``), and applies the stable rule as a pick is
-    stored, from the timings ``_bench`` noted since the last one."""
 
-    def __init__(self, found: dict[Any, Any], tuner: Any) -> None:
-        self.data, self.tuner, self.op = found, tuner, op_name(tuner)
-        self.calls = Counter[str]()
-        self.timed: dict[Any, Any] = {}  # config -> its timing, since the last pick stored
-        self.call: tuple[tuple[Any, ...], dict[str, Any]] | None = None  # what those timings ran
-        self.timing_again = False
-        self.picked: dict[Any, _pick.Picked] = {}  # key -> what the stable rule found
+def _on_store(cache: TunerCache, key: Any, value: Any) -> Any:
+    """The pick about to be stored for ``key``: the rule's, where it chooses and can; then the
+    one published first for it where ranks agree through a store."""
+    sweep = SWEEPS.pop(id(cache), None)  # the call's tensors are not kept past its pick
+    rule = _pick.current_rule()
+    timed = sweep.timed if sweep is not None else {}
+    if sweep is not None and rule.choose is not None and len(timed) > 1 and (sweep.call or not rule.times_again):
+        picked = _choose(cache, rule, value, sweep)
+        if picked is not None:
+            cache.found[key] = picked
+            value = picked.winner
+    if not _agree.active(rule.choose is not None):
+        return value
+    spent = ms(timed[value]) if value in timed else None
+    first = _agree.publish(decision_of(cache, key), str(value), spent, rule.choose is not None)
+    taken = _config(list(timed) + list(cache.tuner.configs), first.pick) if first is not None else None
+    if first is not None and taken is not None:
+        cache.agreed[key] = first.source
+        return taken
+    return value
 
-    def __contains__(self, key: object) -> bool:
-        self.calls[repr(key)] += 1
-        return key in self.data
 
-    def __getitem__(self, key: Any) -> Any:
-        return self.data[key]
+def _config(configs: list[Any], label: str) -> Any:
+    """The config of ``configs`` whose label is ``label``, or None."""
+    return next((c for c in configs if str(c) == label), None)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        timed, call = self.timed, self.call
-        self.timed, self.call = {}, None  # the call's tensors are not kept past its pick
-        if call is not None and len(timed) > 1 and _pick.current_pick() == _pick.STABLE:
-            value = self._stable(key, value, timed, call)
-        self.data[key] = value
 
-    def __delitem__(self, key: Any) -> None:
-        del self.data[key]
+def decision_of(cache: TunerCache, key: Any) -> _agree.Decision:
+    """A Triton autotuning decision as ranks and runs agree on it."""
+    configs = tuple(str(c) for c in getattr(cache.tuner, "configs", ()) or ())
+    if id(cache) not in KERNELS:
+        KERNELS[id(cache)] = _agree.kernel_hash(cache.tuner)
+    return _agree.Decision("triton", cache.op, repr(key), configs, KERNELS[id(cache)])
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.data)
 
-    def __len__(self) -> int:
-        return len(self.data)
+KERNELS: dict[int, str] = {}  # id of a tuner's cache -> its kernel's hash, read once
 
-    def _stable(self, key: Any, own: Any, timed: dict[Any, Any], call: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
-        """The stable pick for ``key``, or ``own`` (the autotuner's) where it cannot be made."""
-        args, kwargs = call
-        bench = vars(self.tuner).get("do_bench")  # what the sweep timed with (triton 3.1 on)
-        shorter = shorter_bench(bench, _pick.again_ms())
 
-        def time_again(config: Any) -> float:
-            self.timing_again = True
-            if shorter is not None:
-                vars(self.tuner)["do_bench"] = shorter
-            try:
-                return _pick.ran(ms(self.tuner._bench(*args, config=config, **kwargs)), config)
-            finally:
-                self.timing_again = False
-                if shorter is not None:
-                    vars(self.tuner)["do_bench"] = bench
+def _choose(cache: TunerCache, rule: _pick.Rule, own: Any, sweep: Sweep) -> _pick.Picked[Any] | None:
+    """The rule's pick from the sweep's timings, or None (the autotuner's ``own`` stands)."""
+    tuner = cache.tuner
+    timings = {config: ms(t) for config, t in sweep.timed.items()}
+    if own not in timings or timings[own] != min(_pick.ran_only(timings).values(), default=None):
+        return None  # a subclass that picks by a rule of its own: its pick stands
+    args, kwargs = sweep.call or ((), {})
+    bench = vars(tuner).get("do_bench")  # what the sweep timed with (triton 3.1 on)
+    shorter = shorter_bench(bench, _pick.again_ms())
 
-        def hooks_ms() -> float:
-            # the tuner's hooks run inside every config's timing: timed alone by its own
-            # _bench and flush, with a config of no hook of its own and nothing launched
-            plain = next((c for c in timings if getattr(c, "pre_hook", None) is None), None)
-            if plain is None or not has_hooks(self.tuner) or "fn" not in vars(self.tuner):
-                return 0.0
-            kernel = self.tuner.fn
-            self.tuner.fn = NOT_LAUNCHED
-            try:
-                return time_again(plain)
-            finally:
-                self.tuner.fn = kernel
-
-        timings = {config: ms(t) for config, t in timed.items()}
-        if own not in timings or timings[own] != min(_pick.finite(timings).values(), default=None):
-            return own  # a subclass that picks by a rule of its own: its pick stands
+    def time_again(config: Any) -> float:
+        sweep.timing_again = True
+        if shorter is not None:
+            vars(tuner)["do_bench"] = shorter
         try:
-            found = _pick.stable(list(timings), timings, time_again, _pick.floor(), shared=hooks_ms)
-        # a config, or the tuner's hooks alone, failing when timed again (Triton's own failures
-        # come back as inf; a launch or CUDA error is a RuntimeError): the autotuner's own pick
-        except Exception as exc:  # a job's hook may raise anything: its tuning goes on, said once
-            warn_once(
-                f"pick:{self.op}",
-                f"the stable pick of {self.op} kept the autotuner's own pick: timing again raised {exc!r}",
-            )
-            return own
-        self.picked[key] = found
-        return found.winner
+            return _pick.again(ms(tuner._bench(*args, config=config, **kwargs)), config)
+        finally:
+            sweep.timing_again = False
+            if shorter is not None:
+                vars(tuner)["do_bench"] = bench
+
+    def hooks_ms() -> float:
+        # the tuner's hooks run inside every config's timing: timed alone by its own _bench
+        # and flush, with a config of no hook of its own and nothing launched
+        plain = next((c for c in timings if getattr(c, "pre_hook", None) is None), None)
+        if plain is None or not has_hooks(tuner) or "fn" not in vars(tuner):
+            return 0.0
+        kernel = tuner.fn
+        tuner.fn = NOT_LAUNCHED
+        try:
+            return time_again(plain)
+        finally:
+            tuner.fn = kernel
+
+    return _pick.choose(rule, list(timings), timings, time_again, cache.op, shared=hooks_ms)
 
 
 def shorter_bench(bench: Any, again_ms: float | None) -> Any:
@@ -174,46 +182,104 @@ def has_hooks(tuner: Any) -> bool:
     )
 
 
-def cache_of(tuner: Any) -> TunerCache | None:
-    """The tuner's cache as a ``TunerCache`` (wrapped now if it is a plain dict), or None
-    where it is something else (a subclass's own mapping: left alone)."""
-    cache = getattr(tuner, "cache", None)
-    if type(cache) is dict:
-        cache = tuner.cache = TunerCache(cache, tuner)
-        WRAPPED.append(cache)
-    return cache if isinstance(cache, TunerCache) else None
-
-
-WRAPPED: list[TunerCache] = []  # every cache wrapped in this process, put back at uninstall
-
-
 def _bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = wrapped(*args, **kwargs)
-    if _pick.current_pick() != _pick.STABLE:
+    rule = _pick.current_rule()
+    chooses = rule.choose is not None
+    if "config" not in kwargs or not (chooses or _agree.active(chooses)):
         return result
-    cache = cache_of(instance)
-    if cache is not None and not cache.timing_again and "config" in kwargs:
-        cache.timed[kwargs["config"]] = result
-        cache.call = (args, {k: v for k, v in kwargs.items() if k != "config"})
+    # seen from here too: a library's subclass may tune through its own run, not Autotuner.run
+    cache = cache_of(instance, needed_by=f"the {rule.name} pick rule" if chooses else "agreeing on picks")
+    if cache is None or not chooses:
+        return result
+    sweep = SWEEPS.setdefault(id(cache), Sweep())
+    if not sweep.timing_again:
+        sweep.timed[kwargs["config"]] = result
+        if rule.times_again:
+            sweep.call = (args, {k: v for k, v in kwargs.items() if k != "config"})
+    return result
+
+
+def _check_disk_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Triton's disk cache of picks, written with the kept config at the fastest's time less a
+    billionth where the rule kept another: every reader's ``min()`` keeps the writer's pick."""
+    try:
+        call = inspect.signature(wrapped).bind(*args, **kwargs).arguments
+    except TypeError:  # a layout this does not know: the file keeps the sweep's timings
+        return wrapped(*args, **kwargs)
+    key, bench = call.get("tuning_key"), call.get("bench_fn")
+    if not callable(bench):
+        return wrapped(*args, **kwargs)
+    real: list[Any] = []
+
+    def benchmark() -> None:
+        bench()
+        timings, cache = getattr(instance, "configs_timings", None), getattr(instance, "cache", None)
+        kept = cache.data.get(key) if isinstance(cache, TunerCache) else None
+        if not isinstance(timings, dict) or kept not in timings:
+            return
+        fastest = min(timings, key=lambda c: ms(timings[c]))
+        if kept is not fastest:
+            real.append(timings)
+            instance.configs_timings = nudged(timings, kept, fastest)
+
+    try:
+        return wrapped(**{**call, "bench_fn": benchmark})
+    finally:  # what the job sees after is what was measured
+        if real:
+            instance.configs_timings = real[0]
+
+
+def nudged(timings: dict[Any, Any], kept: Any, fastest: Any) -> dict[Any, Any]:
+    """``timings`` with ``kept`` at ``fastest``'s time less a billionth (a float, or a list whose
+    first is the median)."""
+    under = ms(timings[fastest]) * (1 - NUDGE)
+    value = timings[kept]
+    return {**timings, kept: [under, *value[1:]] if isinstance(value, (list, tuple)) else under}
+
+
+def _run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Where picks are agreed with other ranks or runs, the tuner's cache is seen (its hooks
+    agree each key), and every key this call tuned (or took from another rank) is kept in the
+    pick file."""
+    if not _agree.active(_pick.current_rule().choose is not None):
+        return wrapped(*args, **kwargs)
+    cache = cache_of(instance, needed_by="agreeing on picks")
+    before = set(cache.data) if cache is not None else set()
+    timings_before = getattr(instance, "configs_timings", None)
+    result = wrapped(*args, **kwargs)
+    if cache is None or _agree.file_path() is None:
+        return result
+    timings = getattr(instance, "configs_timings", None)
+    timed = {str(c): ms(t) for c, t in timings.items()} if timings is not timings_before and timings else {}
+    rule = _pick.current_rule().name
+    for key in set(cache.data) - before:
+        if cache.agreed.get(key) != _agree.FROM_FILE:  # what the file gave, it holds already
+            kept = _agree.entry(decision_of(cache, key), str(cache.data[key]), rule, current_policy(), timed)
+            _agree.write(kept)
     return result
 
 
 def apply(module: Any = None) -> None:
     """Apply the pick rule to the Triton autotuner loaded now (a post-import hook, or a re-install)."""
     cls = getattr(sys.modules.get(AUTOTUNER), "Autotuner", None)
-    if cls is not None and "_bench" in vars(cls):
-        _patching.patch_set(NAME).wrap(cls, "_bench", _bench)
+    if cls is None:
+        return
+    patches = _patching.patch_set(NAME)
+    for method, wrapper in (("_bench", _bench), ("check_disk_cache", _check_disk_cache), ("run", _run)):
+        if method in vars(cls):
+            patches.wrap(cls, method, wrapper)
 
 
 def register() -> None:
-    """At the first install: apply when Triton's autotuner is imported."""
+    """At the first install: the cache's hooks, and apply when Triton's autotuner is imported."""
+    _tunercache.LOOKUPS.append(_on_lookup)
+    _tunercache.STORES.append(_on_store)
     wrapt.register_post_import_hook(apply, AUTOTUNER)
 
 
 def revert() -> None:
-    """Unwrap ``_bench`` and give every autotuner its own cache dict back."""
+    """Unwrap what ``apply`` wrapped; the caches go back with ``_tunercache.revert``."""
     _patching.patch_set(NAME).revert()
-    for cache in WRAPPED:
-        if getattr(cache.tuner, "cache", None) is cache:
-            cache.tuner.cache = cache.data
-    WRAPPED.clear()
+    SWEEPS.clear()
+    KERNELS.clear()

@@ -71,6 +71,9 @@ def record(
     timed under; why it cannot be, or None."""
     if os.path.exists(path):
         return None
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        return f"the folder it would be recorded in, {folder!r}, is not a folder"
     import torch
 
     fn = getattr(tuner, "base_fn", None)
@@ -96,13 +99,14 @@ def record(
     }
     # a name no one can guess, in the same folder, then renamed: whole, or not there (two runs
     # may record the same key), and never written through a link planted where it goes
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".call-", suffix=".tmp")
+    temporary = None
     try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".call-", suffix=".tmp")
         with os.fdopen(handle, "wb") as f:
             torch.save(payload, f)
         os.replace(temporary, path)
     except Exception as exc:  # an argument pickle cannot take, a full disk: this decision is not priced
-        if os.path.exists(temporary):
+        if temporary is not None and os.path.exists(temporary):
             os.unlink(temporary)
         return f"its arguments could not be saved ({type(exc).__name__}: {exc})"[:300]
     return None

@@ -26,8 +26,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import sys
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -36,12 +36,14 @@ if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strin
 
 import wrapt
 
-from . import _calls, _env, _inductor_pick, _patching
-from ._autotuner import AUTOTUNER, WRAPPED, TunerCache, cache_of, ms, op_name
-from ._inductor_pick import HEURISTICS, SELECT
-from ._pick import Picked, current_pick
+from . import _agree, _calls, _env, _patching, _tunercache
+from ._inductor_pick import HEURISTICS, SELECT, agreed_in, picked_in
+from ._labels import choice_label, launcher_label, shapes_key
+from ._pick import current_pick
 from ._policy import current_policy
 from ._state import warn_once
+from ._stats import ran
+from ._tunercache import AUTOTUNER, TunerCache, cache_of, ms, op_name
 
 NAME = "decisions"  # its patches' key in STATE; not a flush target, so not in the registry
 HOOKS = (AUTOTUNER, SELECT, HEURISTICS)
@@ -62,24 +64,9 @@ class DecisionLine(TypedDict):
     pid: NotRequired[int]
     policy: NotRequired[str]
     rule: NotRequired[str]  # the pick rule the process ran under
-    pick: NotRequired[PickLine]
-
-
-class PickLine(TypedDict):
-    """What the stable pick rule found for a decision (``_pick.Picked``), by label."""
-
-    rule: str
-    fastest: str  # the autotuner's own pick
-    band: float
-    floor: float
-    noise: float | None
-    candidates: list[str]  # within the band after timing again, the autotuner's order
-    timed_again: dict[str, float]  # each config's median over the rounds' fastest
-    too_noisy: bool  # the noise was over twice the floor (or resolution): the autotuner's own pick was kept
-    rounds_ms: NotRequired[dict[str, list[float]]]  # each config's time in each round, the sweep's first
-    shared_ms: NotRequired[float]  # what every timing held that was no config's own (the hooks), taken off
-    again_s: NotRequired[float]  # the wall time the rule added to tuning (timing again, the hooks alone)
-    resolution: NotRequired[float]  # the share of the fastest's own time the timer cannot tell apart
+    rank: NotRequired[int]  # the rank of a distributed job that made it
+    pick: NotRequired[dict[str, Any]]  # what the rule found (``_pick.Picked.line``)
+    agreed: NotRequired[str]  # where the pick came from, where not from this process's own tuning
 
 
 class Tuned(TypedDict):
@@ -92,7 +79,8 @@ class Tuned(TypedDict):
     timings_ms: dict[str, float]
     failed_choices: NotRequired[list[str]]
     call: NotRequired[dict[str, str]]
-    pick: NotRequired[PickLine]
+    pick: NotRequired[dict[str, Any]]  # what the rule found (``_pick.Picked.line``)
+    agreed: NotRequired[str]  # where the pick came from, where not from this process's own tuning
 
 
 def write(decision: Tuned) -> None:
@@ -100,7 +88,10 @@ def write(decision: Tuned) -> None:
     path = _env.decisions_path()
     if path is None:
         return
-    line = {"pid": os.getpid(), "policy": current_policy(), "rule": current_pick(), **decision}
+    line: dict[str, Any] = {"pid": os.getpid(), "policy": current_policy(), "rule": current_pick(), **decision}
+    rank = _agree.rank()
+    if rank is not None:
+        line["rank"] = rank
     try:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
@@ -110,8 +101,8 @@ def write(decision: Tuned) -> None:
 
 def _winner(timings_ms: dict[str, float]) -> str | None:
     """The fastest choice that ran (failed ones are timed inf, or NaN)."""
-    finite = {label: t for label, t in timings_ms.items() if t == t and t != float("inf")}
-    return min(finite, key=finite.__getitem__) if finite else None
+    timed = {label: t for label, t in timings_ms.items() if ran(t)}
+    return min(timed, key=timed.__getitem__) if timed else None
 
 
 def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) -> Tuned:
@@ -123,48 +114,42 @@ def triton_decision(tuner: Any, key: Any, timings: dict[Any, Any], winner: Any) 
         "winner": str(winner),
     }
     cache = getattr(tuner, "cache", None)
-    picked = cache.picked.get(key) if isinstance(cache, TunerCache) else None
-    if picked is not None:
-        found["pick"] = pick_line(picked)
+    if isinstance(cache, TunerCache):
+        picked = cache.found.get(key)
+        if picked is not None:
+            found["pick"] = picked.line()
+        if key in cache.agreed:
+            found["agreed"] = cache.agreed[key]
     return found
 
 
-def pick_line(picked: Picked, label: Callable[[Any], str] = str) -> PickLine:
-    """What the stable rule found, as a decision line carries it (each config named by ``label``)."""
-    return {
-        "rule": "stable",
-        "fastest": label(picked.fastest),
-        "band": picked.band,
-        "floor": picked.floor,
-        "noise": picked.noise,
-        "candidates": [label(c) for c in picked.candidates],
-        "timed_again": {label(c): t for c, t in picked.timed_again.items()},
-        "too_noisy": picked.too_noisy,
-        "rounds_ms": {label(c): ts for c, ts in picked.rounds_ms.items()},
-        "shared_ms": picked.shared_ms,
-        "again_s": picked.again_s,
-        "resolution": picked.resolution,
-    }
+# op -> its calls per key since the last time they were written: each lookup of a key is a call
+# (Triton's ``run`` asks ``key in cache`` once a call, cached or not)
+COUNTS: dict[str, Counter[str]] = {}
+
+
+def _count(cache: TunerCache, key: Any) -> None:
+    if _env.decisions_path() is not None:
+        COUNTS.setdefault(cache.op, Counter())[repr(key)] += 1
 
 
 def _counted_calls() -> None:
     """Append each autotuned kernel's calls per key since the last time to the decisions file
     (at exit; ab adds the lines of a run up)."""
     path = _env.decisions_path()
-    for cache in WRAPPED:
-        if cache.calls and path is not None:
+    for op, counts in list(COUNTS.items()):
+        if counts and path is not None:
             try:
                 with open(path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps({"kind": "calls", "op": cache.op, "counts": dict(cache.calls)}) + "\n")
+                    f.write(json.dumps({"kind": "calls", "op": op, "counts": dict(counts)}) + "\n")
             except OSError:  # the job is ending: the decisions stand without their counts
                 return
-            cache.calls.clear()
+    COUNTS.clear()
 
 
 def _forget_parents_counts() -> None:
     # a forked child counts its own calls; its parent writes the ones made before the fork
-    for cache in WRAPPED:
-        cache.calls.clear()
+    COUNTS.clear()
 
 
 os.register_at_fork(after_in_child=_forget_parents_counts)
@@ -206,14 +191,20 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
 
     def made() -> list[Tuned]:
         # a new key whose timings are new: it was benchmarked now (a key filled from Triton's
-        # disk cache leaves the previous key's timings in place; nothing to record then)
-        if before is None or getattr(instance, "configs_timings", None) is timings_before:
+        # disk cache leaves the previous key's timings in place; nothing to record then); or a
+        # new key whose pick was agreed elsewhere (another rank, the pick file), not tuned here
+        if cache is None or before is None:
             return []
-        timings = dict(getattr(instance, "configs_timings", {}) or {})
-        found = [triton_decision(instance, key, timings, instance.cache[key]) for key in set(instance.cache) - before]
+        tuned = getattr(instance, "configs_timings", None) is not timings_before
+        timings = dict(getattr(instance, "configs_timings", {}) or {}) if tuned else {}
+        new = [key for key in set(cache.data) - before if tuned or key in cache.agreed]
+        found = [triton_decision(instance, key, timings, cache.data[key]) for key in new]
         if folder is not None:  # in an ab run: each decision's call, recorded to price its picks
             for decision in found:
-                decision["call"] = _call_record(instance, kept or args, kwargs, grids, folder, decision)
+                if decision["timings_ms"]:
+                    decision["call"] = _call_record(instance, kept or args, kwargs, grids, folder, decision)
+                else:
+                    decision["call"] = {"error": "it was not tuned in this process (its pick was agreed elsewhere)"}
         return found
 
     _record("triton", "a Triton autotuning decision", made)
@@ -242,11 +233,6 @@ def _record(kind: str, what: str, made: Callable[[], list[Tuned]]) -> None:
         write(decision)
 
 
-def launcher_label(launcher: Any) -> str:
-    """An Inductor kernel's launcher, named by its config (a name already made: itself)."""
-    return str(getattr(launcher, "config", launcher))
-
-
 def kernel_decision(tuner: Any, timings: dict[Any, Any], kind: str = "inductor-kernel") -> Tuned:
     meta = getattr(tuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or getattr(getattr(tuner, "fn", None), "__name__", "?")
@@ -262,12 +248,14 @@ def kernel_decision(tuner: Any, timings: dict[Any, Any], kind: str = "inductor-k
 
 def _benchmark_all_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     timings = wrapped(*args, **kwargs)
-    picked = _inductor_pick.picked_for(timings)
+    picked, agreed = picked_in(timings), agreed_in(timings)
 
     def decision() -> list[Tuned]:
         found = kernel_decision(instance, dict(timings))
         if picked is not None:
-            found["pick"] = pick_line(picked, launcher_label)
+            found["pick"] = picked.line(launcher_label)
+        if agreed is not None:
+            found["agreed"] = agreed
         return [found]
 
     _record("kernel", "an Inductor kernel's autotuning", decision)
@@ -297,39 +285,26 @@ def _coordinate_descent(wrapped: Any, instance: Any, args: tuple[Any, ...], kwar
     return winner
 
 
-def choice_label(choice: Any) -> str:
-    """A name for a choice that is the same in every process: its kind, without Inductor's
-    running index, and its description (the config)."""
-    name = re.sub(r"_\d+$", "", str(getattr(choice, "name", type(choice).__name__)))
-    description = str(getattr(choice, "description", "") or "")
-    return f"{name} {description}".strip()
-
-
-def _shape(node: Any) -> str:
-    try:
-        return f"{'x'.join(str(s) for s in node.get_size())} {node.get_dtype()}".replace("torch.", "")
-    except (AttributeError, TypeError, NotImplementedError):  # a node without a size or dtype: named by its kind
-        return type(node).__name__
-
-
 def inductor_decision(timings: dict[Any, float], name: str, input_nodes: list[Any]) -> Tuned:
     labelled = {choice_label(choice): float(t) for choice, t in timings.items()}
     return {
         "kind": "inductor",
         "op": name,
-        "key": ", ".join(_shape(n) for n in input_nodes),
+        "key": shapes_key(input_nodes),
         "timings_ms": labelled,
         "winner": _winner(labelled),
     }
 
 
 def _inductor_feedback(timings: Any, name: Any, input_nodes: Any, *rest: Any) -> None:
-    picked = _inductor_pick.picked_for(timings)
+    picked, agreed = picked_in(timings), agreed_in(timings)
 
     def decision() -> list[Tuned]:
         found = inductor_decision(dict(timings), str(name), list(input_nodes))
         if picked is not None:
-            found["pick"] = pick_line(picked, choice_label)
+            found["pick"] = picked.line(choice_label)
+        if agreed is not None:
+            found["agreed"] = agreed
         return [found]
 
     _record("inductor", "an Inductor autotuning decision", decision)
@@ -368,6 +343,7 @@ def register() -> None:
     ``CLEANFLUSH_DECISIONS`` is set then), and each kernel's calls when the process ends."""
     for module in HOOKS:
         wrapt.register_post_import_hook(apply, module)
+    _tunercache.LOOKUPS.append(_count)
     atexit.register(_counted_calls)
     if _env.decisions_path() is not None:  # an ab run: workers' counts too
         _count_in_workers()

@@ -26,6 +26,13 @@ start-up hook (``_cleanflush_boot``, stdlib only) is looked up here, for the "of
     How long the stable rule times each config again (ms timed, a fifth of it warm-up)
     where a Triton autotuner times with Triton's own ``do_bench`` (default 25; ``full``: as
     long as the autotuner timed it, do_bench's 100).
+``CLEANFLUSH_PICK_STORE``
+    Whether picks are agreed across the ranks of a distributed job through its own store
+    (``_agree``): ``auto`` (the default: under a pick rule that changes picks, ``stable``),
+    ``on`` (under any rule, ``fastest`` too) or ``off``.
+``CLEANFLUSH_PICK_FILE``
+    A file (or a folder) where every autotuning decision is kept, and whose picks later runs
+    take where the decision, the GPU and the versions match (``_agree``).
 ``CLEANFLUSH_AB_CALLS``
     A folder where a Triton autotuning call is recorded, the first time a key is tuned, so
     that ``cleanflush ab`` can make it again to time its picks (``cleanflush ab`` sets it).
@@ -50,8 +57,21 @@ CALLS_VAR = "CLEANFLUSH_AB_CALLS"
 PICK_VAR = "CLEANFLUSH_PICK"
 PICK_FLOOR_VAR = "CLEANFLUSH_PICK_FLOOR"
 PICK_AGAIN_VAR = "CLEANFLUSH_PICK_AGAIN_MS"
+PICK_STORE_VAR = "CLEANFLUSH_PICK_STORE"
+PICK_FILE_VAR = "CLEANFLUSH_PICK_FILE"
 AGAIN_FULL = "full"  # the value that times again as long as the autotuner's own timings
-VARIABLES = (POLICY_VAR, DISABLE_VAR, REPORT_VAR, DECISIONS_VAR, CALLS_VAR, PICK_VAR, PICK_FLOOR_VAR, PICK_AGAIN_VAR)
+VARIABLES = (
+    POLICY_VAR,
+    DISABLE_VAR,
+    REPORT_VAR,
+    DECISIONS_VAR,
+    CALLS_VAR,
+    PICK_VAR,
+    PICK_FLOOR_VAR,
+    PICK_AGAIN_VAR,
+    PICK_STORE_VAR,
+    PICK_FILE_VAR,
+)
 
 
 # The values that switch cleanflush off are written once, in the start-up hook, which reads

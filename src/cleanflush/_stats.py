@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 
@@ -25,3 +26,9 @@ def quartiles(values: Iterable[float]) -> tuple[float, float, float]:
         return xs[0], xs[0], xs[0]
     q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
     return q1, statistics.median(xs), q3
+
+
+def ran(timing: object) -> bool:
+    """Whether ``timing`` is a timing that ran: a real number, finite and not negative.  Autotuners
+    time a config that failed as inf (or NaN); anything else is no timing."""
+    return isinstance(timing, (int, float)) and not isinstance(timing, bool) and math.isfinite(timing) and timing >= 0

@@ -17,7 +17,7 @@ from typing import Any
 
 import wrapt
 
-from . import _autotuner, _children, _decisions, _env, _flush, _inductor_pick, _pick, _policy, _report
+from . import _autotuner, _children, _decisions, _env, _flush, _inductor_pick, _pick, _policy, _report, _tunercache
 from ._registry import NAMES, TARGETS, Target
 from ._state import STATE, Site, State, TargetStatus, record, say_once, warn_once
 
@@ -32,6 +32,11 @@ class _Install:
 
 
 INSTALL = _Install()
+
+# The modules that hook autotuners (each with register, apply and revert), in the order their
+# hooks go on: the pick rule's wrappers before the decision recorder's, which sit outside them
+# and record what the rule kept (``_patching.PatchSet``); uninstall takes them off in reverse.
+AUTOTUNING = (_inductor_pick, _autotuner, _decisions)
 
 
 def resolve(path: str) -> Callable[..., Any]:
@@ -141,18 +146,14 @@ def install(policy: str | None, source: str) -> bool:
             for module in target.triggers:
                 # wrapt fires the hook at once if the module is already imported
                 wrapt.register_post_import_hook(hook, module)
-        # the pick rule's wrappers go on before the decision recorder's, which sit outside
-        # them and record what the rule kept (``_patching.PatchSet``); uninstall goes back
-        _inductor_pick.register()
-        _decisions.register()
-        _autotuner.register()
+        for hooks in AUTOTUNING:
+            hooks.register()
         return True
     for target in TARGETS:
         if any(module in sys.modules for module in target.triggers):
             apply(target)
-    _inductor_pick.apply()
-    _decisions.apply()
-    _autotuner.apply()
+    for hooks in AUTOTUNING:
+        hooks.apply()
     if "multiprocessing.process" in sys.modules:
         _children.apply()
     return True
@@ -166,9 +167,9 @@ def uninstall() -> None:
         STATE.installed = False
         for target in TARGETS:
             revert(target)
-        _decisions.revert()
-        _autotuner.revert()
-        _inductor_pick.revert()
+        for hooks in reversed(AUTOTUNING):
+            hooks.revert()
+        _tunercache.revert()
         _children.revert()
         _policy.export(False, INSTALL.env_before)
         _pick.PICK.export(False, INSTALL.pick_before)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from .. import _env
-from .._env import CALLS_VAR, DECISIONS_VAR, PICK_VAR, POLICY_VAR
-from .._pick import FASTEST, STABLE
+from .._env import CALLS_VAR, DECISIONS_VAR, PICK_FILE_VAR, PICK_VAR, POLICY_VAR
+from .._pick import FASTEST, STABLE, Picked
 from .._policies import DEFAULT_POLICY, STOCK_POLICY
 from .._registry import NAMES
 from . import compare, folders
@@ -38,7 +38,7 @@ from .compare import MIN_EFFECT, to_price
 from .records import DecisionLine, EndToEnd, Price, ProgramRun, Result, Run, RunCode
 from .report import COMPARED, short
 
-SCHEMA = 3
+SCHEMA = 4
 RUNS = 2  # runs of each side by default: one run cannot tell a change from autotuning's own noise
 
 
@@ -52,14 +52,15 @@ class Side(NamedTuple):
 
 FLUSH, PICK = "flush", "pick"
 COMPARES = (FLUSH, PICK)
+RULES = (FASTEST, STABLE)  # what --compare pick sets against each other by default
 
 
-def sides_of(compared: str, policy: str) -> tuple[Side, Side]:
+def sides_of(compared: str, policy: str, rules: tuple[str, str] = RULES) -> tuple[Side, Side]:
     """What ``--compare`` sets against each other: the stock flush and ``policy`` (both with
-    the autotuner's own pick), or the two pick rules (both under ``policy``).  The first side
-    runs first."""
+    the autotuner's own pick), or the two pick ``rules`` (both under ``policy``).  The first
+    side runs first."""
     if compared == PICK:
-        return Side(FASTEST, policy, FASTEST), Side(STABLE, policy, STABLE)
+        return Side(rules[0], policy, rules[0]), Side(rules[1], policy, rules[1])
     return Side(STOCK_POLICY, STOCK_POLICY), Side(policy, policy)
 
 
@@ -103,6 +104,11 @@ def decision(line: str) -> DecisionLine:
     if not isinstance(timings, dict):
         raise ValueError("timings_ms is not a mapping of choices to numbers")
     finite = {label: _timing(t) for label, t in timings.items() if not _failed(t)}
+    if "pick" in d:
+        Picked.from_line(d["pick"])  # a ValueError saying what is wrong with it
+    rank = d.get("rank")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31):
+        raise ValueError("rank is not a whole number in range")
     # checked above: the keys a decision line needs, of the types it needs
     return cast(DecisionLine, {**d, "timings_ms": finite, "failed_choices": sorted(set(timings) - set(finite))})
 
@@ -235,9 +241,10 @@ def run(
     job_stdout: Any = None,
     min_effect: float = MIN_EFFECT,
     compared: str = FLUSH,
+    rules: tuple[str, str] = RULES,
 ) -> tuple[Result, int]:
-    """Run ``command`` ``runs`` times on each side (``sides_of(compared, policy)``: the two
-    flushes, or the two pick rules), interleaved; price the picks the runs made differently
+    """Run ``command`` ``runs`` times on each side (``sides_of(compared, policy, rules)``: the
+    two flushes, or the two pick rules), interleaved; price the picks the runs made differently
     and time the programs they compiled (the flushes only: under one flush, the picks' prices
     are the comparison); return (record, exit code).
 
@@ -245,14 +252,8 @@ def run(
     starts empty, so a kept folder never lends a run another run's decisions.  Ctrl-C stops
     the job and ends with what the finished runs recorded (exit code 130).
     """
-    base = _env.for_child(**{POLICY_VAR: None, PICK_VAR: None, DECISIONS_VAR: None, CALLS_VAR: None})
-    work = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="cleanflush-ab-")  # a job may chdir
-    if keep:
-        folders.claim(work)
-    # no record of another ab's calls, no kernels it compiled: the runs start from these alone
-    folders.fresh(os.path.join(work, "calls"))
-    folders.fresh(os.path.join(work, "compiled"))
-    sides = sides_of(compared, policy)
+    base, work = _environment(), _workspace(keep)
+    sides = sides_of(compared, policy, rules)
     done = _Runs({side.label: [] for side in sides})
     interrupted, end_to_end, prices, started = False, None, None, time.monotonic()
     signal_number: int = signal.SIGINT
@@ -277,6 +278,23 @@ def run(
     if interrupted:
         return result, 128 + int(signal_number)
     return result, 1 if any(c["code"] != 0 for c in done.codes) else 0
+
+
+def _environment() -> dict[str, str]:
+    """What every run's environment starts from: this one, less what ab sets per run and the
+    pick file (every run tunes: no file lends it another run's picks)."""
+    return _env.for_child(**dict.fromkeys((POLICY_VAR, PICK_VAR, DECISIONS_VAR, CALLS_VAR, PICK_FILE_VAR)))
+
+
+def _workspace(keep: str | None) -> str:
+    """The folder the runs keep their folders in (``keep``, or a temporary one), with no record
+    of another ab's calls and no kernels it compiled."""
+    work = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="cleanflush-ab-")  # a job may chdir
+    if keep:
+        folders.claim(work)
+    for name in ("calls", "compiled"):
+        folders.fresh(os.path.join(work, name))
+    return work
 
 
 def _record(
@@ -305,7 +323,8 @@ def _record(
         "pricing_s": done.pricing_s,
     }
     if compared == PICK:
-        found["picks"] = compare.compare_picks(first, second, prices, done.codes)
+        labels = (sides[0].label, sides[1].label)
+        found["picks"] = compare.compare_picks(first, second, prices, done.codes, labels)
     else:
         found["comparison"] = compare.compare(first, second, sides[1].policy, prices, min_effect)
     return found

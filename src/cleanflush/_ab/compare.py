@@ -26,7 +26,7 @@ import statistics
 from collections import Counter
 from typing import cast
 
-from .._pick import FASTEST, STABLE
+from .._pick import FASTEST, STABLE, Picked
 from .._policies import STOCK_POLICY
 from .._stats import quartiles
 from .records import (
@@ -41,6 +41,7 @@ from .records import (
     PickPrice,
     PickTotal,
     Price,
+    RankAgreement,
     Run,
     RunCode,
     StockPick,
@@ -404,82 +405,129 @@ def _near(decision: Decision | PickDecision, picks: set[str]) -> bool:
 
 
 def compare_picks(
-    fastest_runs: list[Run], stable_runs: list[Run], prices: list[Price] | None, codes: list[RunCode]
+    first_runs: list[Run],
+    second_runs: list[Run],
+    prices: list[Price] | None,
+    codes: list[RunCode],
+    rules: tuple[str, str] = (FASTEST, STABLE),
 ) -> PickComparison:
     """``--compare pick``: how reproducible each rule's picks are (by pick, and by price:
-    picks within the noise of each other agree), what the stable picks cost against the
-    fastest ones by the independent price, and each side's wall time."""
-    fastest, stable = by_key(fastest_runs), by_key(stable_runs)
-    calls = calls_per_run(fastest_runs + stable_runs)
+    picks within the noise of each other agree), across runs and across the ranks of a run,
+    what the second rule's picks cost against the first's by the independent price, and each
+    rule's wall time."""
+    sides = {rules[0]: by_key(first_runs), rules[1]: by_key(second_runs)}
+    first, second = sides.values()
+    calls = calls_per_run(first_runs + second_runs)
     priced = {tuple(p["key"]): p for p in prices or []}
+    ranked = {rules[0]: ranks_by_key(first_runs), rules[1]: ranks_by_key(second_runs)}
     decisions = [
-        _pick_decision(k, fastest[k], stable[k], priced.get(k), calls.get((k[1], k[2]))) for k in fastest if k in stable
+        _pick_decision(k, {r: sides[r][k] for r in rules}, priced.get(k), calls.get((k[1], k[2])), ranked)
+        for k in first
+        if k in second
     ]
-    walls: dict[str, list[float]] = {FASTEST: [], STABLE: []}
+    walls: dict[str, list[float]] = {rule: [] for rule in rules}
     for code in codes:
         if code.get("side") in walls and "wall_s" in code:
             walls[code["side"]].append(code["wall_s"])
     found: PickComparison = {
+        "rules": list(rules),
         "decisions": decisions,
-        "agreement": _agreement(
-            fastest, stable, len(fastest_runs), len(stable_runs), decisions, names=(FASTEST, STABLE)
-        ),
-        "total": _pick_total(decisions),
+        "agreement": _agreement(first, second, len(first_runs), len(second_runs), decisions, names=rules),
+        "total": _pick_total(decisions, rules),
         "wall_s": walls,
-        "only_one_side": [list(k) for k in fastest if k not in stable] + [list(k) for k in stable if k not in fastest],
+        "only_one_side": [list(k) for k in first if k not in second] + [list(k) for k in second if k not in first],
     }
-    again = [[d["pick"]["again_s"] for d in run if "again_s" in d.get("pick", {})] for run in stable_runs]
-    if any(again):  # what the rule's own timing took of each stable run's wall time
-        found["again_s"] = [sum(a) for a in again]
+    ranks = rank_agreement(ranked)
+    if ranks:
+        found["ranks"] = ranks
+    again = {rule: [_again_s(run) for run in runs] for rule, runs in zip(rules, (first_runs, second_runs))}
+    if any(any(a) for a in again.values()):  # what each rule's own timing took of each run's wall time
+        found["again_s"] = again
+    return found
+
+
+def _again_s(run: Run) -> float:
+    """The wall time a run's rule spent in its own timing (configs again, hooks alone)."""
+    return sum(picked.again_s for d in run if (picked := picked_of(d)) is not None)
+
+
+def picked_of(d: DecisionLine | Made) -> Picked[str] | None:
+    """The rule's pick a decision line carries (``decision`` checked it), or None."""
+    return Picked.from_line(d["pick"]) if "pick" in d else None
+
+
+def ranks_by_key(runs: list[Run]) -> list[dict[Key, set[str]]]:
+    """Per run, each decision made on more than one rank: the configs its ranks kept."""
+    found = []
+    for run in runs:
+        kept: dict[Key, dict[int, str]] = {}
+        for d in run:
+            if d["kind"] != "calls" and "rank" in d and d.get("winner") is not None:
+                kept.setdefault(key_of(d), {}).setdefault(d["rank"], str(d["winner"]))
+        found.append({k: set(by_rank.values()) for k, by_rank in kept.items() if len(by_rank) > 1})
+    return found
+
+
+def rank_agreement(ranked: dict[str, list[dict[Key, set[str]]]]) -> dict[str, RankAgreement]:
+    """Per rule: the decisions made on several ranks in its runs, and how many every rank of
+    every run picked alike (nothing where no run had several ranks)."""
+    found: dict[str, RankAgreement] = {}
+    for rule, runs in ranked.items():
+        several = [run for run in runs if run]
+        if not several:
+            continue
+        keys = {k for run in several for k in run}
+        alike = sum(all(len(run[k]) == 1 for run in several if k in run) for k in keys)
+        found[rule] = RankAgreement(runs=len(several), decisions=len(keys), alike=alike)
     return found
 
 
 def _pick_decision(
-    key: Key, fastest: list[Made], stable: list[Made], price: Price | None, calls: float | None
+    key: Key,
+    made: dict[str, list[Made]],
+    price: Price | None,
+    calls: float | None,
+    ranked: dict[str, list[dict[Key, set[str]]]],
 ) -> PickDecision:
-    f_win, s_win = [d["winner"] for d in fastest], [d["winner"] for d in stable]
-    rules = [d.get("pick") for d in stable]
+    winners = {rule: [d["winner"] for d in records] for rule, records in made.items()}
+    picks = {rule: [p for d in records if (p := picked_of(d)) is not None] for rule, records in made.items()}
     found = PickDecision(
         kind=key[0],
         op=key[1],
         key=key[2],
-        fastest_winners=f_win,
-        stable_winners=s_win,
-        bands=[r["band"] for r in rules if r],
-        candidates=sorted({c for r in rules if r for c in r["candidates"]}),
+        winners=winners,
+        bands={rule: [p.band for p in ps] for rule, ps in picks.items()},
+        candidates={rule: sorted({c for p in ps for c in p.candidates}) for rule, ps in picks.items()},
         calls=calls,
         priced=False,
     )
-    shared = [r.get("shared_ms", 0.0) for r in rules if r]
-    if any(shared):  # the autotuner's hooks, timed alone and taken off before the band
+    shared = {rule: [p.shared_ms for p in ps] for rule, ps in picks.items()}
+    if any(any(ts) for ts in shared.values()):  # the autotuner's hooks, timed alone and taken off before the band
         found["shared_ms"] = shared
-    picks = set(f_win) | set(s_win)
-    if len(picks) == 1:
+    ranks = {rule: [len(run[key]) for run in runs if key in run] for rule, runs in ranked.items()}
+    if any(ranks.values()):
+        found["ranks"] = ranks
+    every = {w for ws in winners.values() for w in ws}
+    if len(every) == 1:
         return found  # every run picked alike: nothing to price
-    if price is None or not picks <= set(price.get("prices") or {}):
+    if price is None or not every <= set(price.get("prices") or {}):
         found["not_priced"] = (price.get("error") if price else None) or "no price was asked for"
         return found
     us = price["prices"]
-    found["priced"], found["prices_us"] = True, {p: us[p] for p in sorted(picks)}
-    found["noise"] = _price_noise(us, sorted(picks))
-    found["fastest_us"] = statistics.fmean(us[w]["us"] for w in f_win)
-    found["stable_us"] = statistics.fmean(us[w]["us"] for w in s_win)
-    found["stable_over_fastest"] = found["stable_us"] / found["fastest_us"]
+    found["priced"], found["prices_us"] = True, {p: us[p] for p in sorted(every)}
+    found["noise"] = _price_noise(us, sorted(every))
+    found["us"] = {rule: statistics.fmean(us[w]["us"] for w in ws) for rule, ws in winners.items()}
+    first, second = found["us"].values()
+    found["ratio"] = second / first
     return found
 
 
-def _pick_total(decisions: list[PickDecision]) -> PickTotal:
+def _pick_total(decisions: list[PickDecision], rules: tuple[str, str]) -> PickTotal:
     priced = [d for d in decisions if d["priced"]]
     counted = [d for d in priced if d["calls"]]
-    f_us = sum(d["fastest_us"] * (d["calls"] or 0) for d in counted)
-    s_us = sum(d["stable_us"] * (d["calls"] or 0) for d in counted)
-    return {
-        "priced": len(priced),
-        "counted": len(counted),
-        "fastest_us": f_us,
-        "stable_us": s_us,
-        "ratio": s_us / f_us if f_us else None,
-    }
+    us = {rule: sum(d["us"][rule] * (d["calls"] or 0) for d in counted) for rule in rules}
+    first, second = us.values()
+    return {"priced": len(priced), "counted": len(counted), "us": us, "ratio": second / first if first else None}
 
 
 def _total(decisions: list[Decision]) -> Total:

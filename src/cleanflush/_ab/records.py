@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .._decisions import DecisionLine as DecisionLine  # re-exported: what ab reads
-from .._decisions import PickLine
 
 if TYPE_CHECKING:  # 3.10's typing has no NotRequired; the annotations are strings at run time
     from typing_extensions import NotRequired
@@ -27,7 +26,8 @@ class Made(TypedDict):
     timings_ms: dict[str, float]
     failed_choices: NotRequired[list[str]]
     call: NotRequired[dict[str, Any]]
-    pick: NotRequired[PickLine]  # what the stable rule found (a run under it)
+    pick: NotRequired[dict[str, Any]]  # what the rule found (``_pick.Picked.line``; ``decision`` checked it)
+    rank: NotRequired[int]  # the rank of a distributed job that made it
 
 
 class ToPrice(TypedDict):
@@ -165,24 +165,24 @@ class RunCode(TypedDict):
 
 
 class PickDecision(TypedDict):
-    """One decision under ``--compare pick``: each side's picks, and their prices where they differ."""
+    """One decision under ``--compare pick``: each rule's picks, and their prices where they differ.
+    Each mapping is keyed by the rules' names, the first rule first."""
 
     kind: str
     op: str
     key: str
-    fastest_winners: list[str]
-    stable_winners: list[str]
-    bands: list[float]  # each stable run's band
-    candidates: list[str]  # every config a stable run kept within its band
-    shared_ms: NotRequired[list[float]]  # each stable run's hooks' time taken off its timings, where any
+    winners: dict[str, list[str]]  # each run's pick (its first rank's), in run order
+    bands: dict[str, list[float]]  # each run's band, where the rule made a pick of its own
+    candidates: dict[str, list[str]]  # every config a run found alike with its pick
+    shared_ms: NotRequired[dict[str, list[float]]]  # each run's hooks' time taken off its timings, where any
+    ranks: NotRequired[dict[str, list[int]]]  # each run of several ranks: how many configs its ranks kept
     calls: float | None
     priced: bool
     not_priced: NotRequired[str]
     prices_us: NotRequired[dict[str, PickPrice]]
     noise: NotRequired[float]
-    fastest_us: NotRequired[float]  # the mean price of the fastest runs' picks, each run counted
-    stable_us: NotRequired[float]
-    stable_over_fastest: NotRequired[float]  # the ratio of those: what the stable rule costs here
+    us: NotRequired[dict[str, float]]  # the mean price of each rule's picks, each run counted
+    ratio: NotRequired[float]  # the second rule's mean price over the first's: what it costs here
 
 
 class PickTotal(TypedDict):
@@ -190,17 +190,26 @@ class PickTotal(TypedDict):
 
     priced: int
     counted: int  # of those, the ones the runs counted calls of
-    fastest_us: float  # sum over the counted of calls x mean price
-    stable_us: float
-    ratio: float | None
+    us: dict[str, float]  # per rule: the sum over the counted of calls x mean price
+    ratio: float | None  # the second rule's over the first's
+
+
+class RankAgreement(TypedDict):
+    """Per rule, over the runs of several ranks: the decisions every rank of a run picked alike."""
+
+    runs: int  # the runs with more than one rank
+    decisions: int  # the decisions those runs made on several ranks
+    alike: int  # of those, every rank of every run picked the same config
 
 
 class PickComparison(TypedDict):
+    rules: list[str]  # the two rules, the first ran first
     decisions: list[PickDecision]
     agreement: dict[str, Agreement]
+    ranks: NotRequired[dict[str, RankAgreement]]  # where a run had several ranks
     total: PickTotal
-    wall_s: dict[str, list[float]]  # each side's runs' wall times
-    again_s: NotRequired[list[float]]  # each stable run's time in the rule's own timing (again, hooks alone)
+    wall_s: dict[str, list[float]]  # each rule's runs' wall times
+    again_s: NotRequired[dict[str, list[float]]]  # each run's time in the rule's own timing (again, hooks alone)
     only_one_side: list[list[str]]
 
 

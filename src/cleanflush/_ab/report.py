@@ -7,7 +7,6 @@ import signal
 import statistics
 from collections import Counter
 
-from .._pick import FASTEST, STABLE
 from .._policies import STOCK_POLICY
 from . import programs as _ab_programs
 from .compare import CLEAN_SLOWER, NEGLIGIBLE, UNCHANGED, UNDECIDED, UNSTABLE, WITHIN_NOISE, beyond
@@ -52,47 +51,57 @@ def _ending_lines(result: Result) -> list[str]:
 
 
 def format_pick_report(result: Result) -> str:
-    """``--compare pick``: each rule's agreement, the decisions whose picks differed, what the
-    stable picks cost by price, and the wall time each rule took."""
+    """``--compare pick``: each rule's agreement across runs and ranks, the decisions whose picks
+    differed, what the second rule's picks cost against the first's by price, and the wall time
+    each rule took."""
     picks = result["picks"]
+    first, second = picks["rules"]
     lines = [
         f"cleanflush ab: {shown(result['command'])}",
-        f"  the autotuners' own pick (fastest) against the stable rule, both under {result['policy']}, "
+        f"  the pick rules {first} and {second}, both under {result['policy']}, "
         f"{result['runs']} run(s) each, interleaved, fresh caches per run",
         "",
-        f"autotuning decisions matched in both: {len(picks['decisions'])}; with the stable rule applied: "
-        f"{sum(bool(d['bands']) for d in picks['decisions'])} (Triton @autotune, Inductor's algorithm selection "
-        "and kernel configs; Inductor's coordinate descent steps only beyond the floor)",
+        f"autotuning decisions matched in both: {len(picks['decisions'])} (Triton @autotune, Inductor's algorithm "
+        "selection and kernel configs, their coordinate descent)",
     ]
     for side, a in picks["agreement"].items():
         lines.append(
             f"  {side}: {a['agree']} of {a['made_in_every_run']} decisions picked alike in all {a['runs']} runs "
             f"({a['agree_by_price']} within the noise by price)"
         )
-    differed = [d for d in picks["decisions"] if len(set(d["fastest_winners"]) | set(d["stable_winners"])) > 1]
+    for side, r in picks.get("ranks", {}).items():
+        lines.append(
+            f"  {side}, across ranks: every rank picked alike in {r['alike']} of {r['decisions']} decisions "
+            f"made on several ranks ({r['runs']} run(s) of several ranks)"
+        )
+    differed = [d for d in picks["decisions"] if len({w for ws in d["winners"].values() for w in ws}) > 1]
     if differed:
-        lines += ["", "decisions whose picks differed (stable / fastest: the mean price of each side's picks):"]
+        lines += ["", f"decisions whose picks differed ({second} / {first}: the mean price of each rule's picks):"]
     for d in differed:
-        lines += [f"  {short(d['op'], 60)} {short(d['key'], 50)}", *_pick_decision_lines(d)]
+        lines += [f"  {short(d['op'], 60)} {short(d['key'], 50)}", *_pick_decision_lines(d, (first, second))]
     lines += _pick_total_lines(picks)
     if "end_to_end" in result and not result["interrupted"]:
-        lines += _pick_end_to_end_lines(result["end_to_end"])
+        lines += _pick_end_to_end_lines(result["end_to_end"], (first, second))
     return "\n".join(lines + _ending_lines(result))
 
 
-def _pick_decision_lines(d: PickDecision) -> list[str]:
-    found = [f"    fastest: {_counted(d['fastest_winners'])}", f"    stable:  {_counted(d['stable_winners'])}"]
-    if d["bands"]:
-        found.append(
-            f"    stable bands {min(d['bands']):.1%}-{max(d['bands']):.1%}, {len(d['candidates'])} config(s) in them"
-        )
-    if "shared_ms" in d:
-        us = [1e3 * t for t in d["shared_ms"]]
-        found.append(f"    the autotuner's hooks, timed alone: {min(us):.1f}-{max(us):.1f} us, taken off each timing")
+def _pick_decision_lines(d: PickDecision, rules: tuple[str, str]) -> list[str]:
+    width = max(len(rule) for rule in rules) + 1
+    found = [f"    {(rule + ':').ljust(width)} {_counted(d['winners'][rule])}" for rule in rules]
+    for rule in rules:
+        bands = d["bands"].get(rule)
+        if bands:
+            found.append(
+                f"    {rule} bands {min(bands):.1%}-{max(bands):.1%}, {len(d['candidates'][rule])} config(s) in them"
+            )
+        shared = d.get("shared_ms", {}).get(rule)
+        if shared and any(shared):
+            us = [1e3 * t for t in shared]
+            found.append(f"    {rule}: the autotuner's hooks, timed alone: {min(us):.1f}-{max(us):.1f} us, taken off")
     if d["priced"]:
-        ratio, noise = d["stable_over_fastest"], d["noise"]
+        ratio, noise = d["ratio"], d["noise"]
         size = "within the noise" if abs(ratio - 1) <= noise else ("slower" if ratio > 1 else "faster")
-        found.append(f"    stable / fastest {ratio:.4f} by price (noise {noise:.1%}): {size}")
+        found.append(f"    {rules[1]} / {rules[0]} {ratio:.4f} by price (noise {noise:.1%}): {size}")
     else:
         found.append(f"    not priced: {d.get('not_priced', '')}")
     return found
@@ -105,21 +114,39 @@ def _counted(winners: list[str]) -> str:
 
 def _pick_total_lines(picks: PickComparison) -> list[str]:
     t, walls = picks["total"], picks["wall_s"]
+    first, second = picks["rules"]
     lines = [""]
     if t["ratio"] is not None:
         lines.append(
-            f"job, over the {t['counted']} priced decision(s) whose calls were counted: stable / fastest "
-            f"{t['ratio']:.4f} ({t['stable_us']:.1f} us against {t['fastest_us']:.1f} us of their kernels)"
+            f"job, over the {t['counted']} priced decision(s) whose calls were counted: {second} / {first} "
+            f"{t['ratio']:.4f} ({t['us'][second]:.1f} us against {t['us'][first]:.1f} us of their kernels)"
         )
     else:
         lines.append(f"job: no priced decision with counted calls ({t['priced']} priced)")
-    if walls.get("fastest") and walls.get("stable"):
-        f, s = statistics.median(walls["fastest"]), statistics.median(walls["stable"])
-        lines.append(f"wall time a run, median: fastest {f:.1f} s, stable {s:.1f} s ({s / f - 1:+.1%})")
-    if picks.get("again_s"):
-        again = statistics.median(picks["again_s"])
-        lines.append(f"  of a stable run, the rule's own timing (configs again, hooks alone), median: {again:.1f} s")
+    lines += _wall_lines(walls, (first, second))
+    for rule, spent in picks.get("again_s", {}).items():
+        if any(spent):
+            again = statistics.median(spent)
+            lines.append(
+                f"  of a {rule} run, the rule's own timing (configs again, hooks alone), median: {again:.1f} s"
+            )
     return lines
+
+
+def _wall_lines(walls: dict[str, list[float]], rules: tuple[str, str]) -> list[str]:
+    """Each rule's wall time a run; their ratio only beside the spread of one rule's own runs,
+    which it must exceed to say anything."""
+    first, second = (walls.get(rule) or [] for rule in rules)
+    if not first or not second:
+        return []
+    f, s = statistics.median(first), statistics.median(second)
+    said = f"wall time a run, median: {rules[0]} {f:.1f} s, {rules[1]} {s:.1f} s"
+    if min(len(first), len(second)) < 2 or not f or not s:
+        return [said + " (one run of a rule: their difference cannot be told from the runs' own spread)"]
+    spread = max(max(ts) / min(ts) - 1 for ts in (first, second) if min(ts) > 0)
+    change = s / f - 1
+    verdict = "within" if abs(change) <= spread else "beyond"
+    return [said + f" ({change:+.1%}, {verdict} the runs of one rule's spread of {spread:.1%})"]
 
 
 def _header(result: Result) -> list[str]:
@@ -269,14 +296,14 @@ def _end_to_end_lines(e2e: EndToEnd | None, policy: str, decisions: list[Decisio
     return [head, *_program_lines(e2e, (STOCK_POLICY, policy), "flush")]
 
 
-def _pick_end_to_end_lines(e2e: EndToEnd | None) -> list[str]:
+def _pick_end_to_end_lines(e2e: EndToEnd | None, rules: tuple[str, str]) -> list[str]:
     if e2e is None:
         return ["end to end: no run compiled an Inductor program"]
     head = (
-        "end to end: the programs tuned under the stable rule against those tuned under the autotuners' own pick "
+        f"end to end: the programs tuned under {rules[1]} against those tuned under {rules[0]} "
         "(each program tunes again in one process, then all are timed together, no flush between calls)"
     )
-    return [head, *_program_lines(e2e, (STABLE, FASTEST), "rule")]
+    return [head, *_program_lines(e2e, (rules[1], rules[0]), "rule")]
 
 
 def _program_lines(e2e: EndToEnd, over: tuple[str, str], under: str) -> list[str]:

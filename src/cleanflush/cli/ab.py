@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from .. import _ab, _policies
+from .. import _ab, _env, _pick, _policies
 from .._ab import folders
 from .._ab.compare import MIN_EFFECT
 from .._ab.report import format_report
@@ -57,9 +57,24 @@ def percent(text: str) -> float:
 
 
 COMPARE_HELP = (
-    "flush (default): the stock flush against the clean one; pick: the autotuners' own pick (fastest) "
-    "against the stable rule, both under the clean flush, their picks priced side by side"
+    "flush (default): the stock flush against the clean one; pick: two pick rules (--rules), both under the "
+    "clean flush, their picks priced side by side"
 )
+
+
+def rules_pair(text: str) -> tuple[str, str]:
+    """Two different pick rules, comma-separated."""
+    names = [name.strip() for name in text.split(",")]
+    valid = ", ".join(_pick.PICK.names)
+    if len(names) != 2:
+        raise argparse.ArgumentTypeError(f"expected two pick rules, comma-separated (valid: {valid}); got {text!r}")
+    try:
+        first, second = (_pick.PICK.check(name) for name in names)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if first == second:
+        raise argparse.ArgumentTypeError(f"{first} twice: ab compares two different pick rules (valid: {valid})")
+    return first, second
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -72,14 +87,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "every autotuning decision (Triton's Autotuner, Inductor's max-autotune), workers included; "
         "say how reproducible each side's tuning is, which decisions the dirty flush changed beyond "
         "the clean runs' own spread and what the stock pick costs, and time the programs Inductor "
-        "compiled in each run against each other, end to end.  With --compare pick: the autotuners' own pick against "
-        "the stable rule instead, both under the clean policy, each rule's agreement and what its picks cost.",
-        usage="cleanflush ab [--compare flush|pick] [--policy P] [--runs N] [--min-effect PCT] [--figure PNG] "
-        "[--json [PATH]] [--keep DIR] -- COMMAND [ARGS...]",
+        "compiled in each run against each other, end to end.  With --compare pick: two pick rules instead (--rules, "
+        "default the autotuners' own pick against the stable rule), both under the clean policy, each rule's "
+        "agreement across runs and ranks and what its picks cost.",
+        usage="cleanflush ab [--compare flush|pick] [--rules A,B] [--policy P] [--runs N] [--min-effect PCT] "
+        "[--figure PNG] [--json [PATH]] [--keep DIR] -- COMMAND [ARGS...]",
         epilog="exit codes: 0 every run succeeded, 1 a run of the command failed, 2 usage error, 130 interrupted "
         "(143 terminated, 129 hung up)",
     )
-    ab.add_argument("--compare", choices=_ab.COMPARES, default=_ab.FLUSH, help=COMPARE_HELP)
+    _add_compared(ab)
     ab.add_argument(
         "--policy",
         type=clean_policy,
@@ -112,16 +128,41 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     return ab
 
 
+def _add_compared(ab: argparse.ArgumentParser) -> None:
+    """What ab sets against each other: --compare, and --rules for the pick rules."""
+    ab.add_argument("--compare", choices=_ab.COMPARES, default=_ab.FLUSH, help=COMPARE_HELP)
+    ab.add_argument(
+        "--rules",
+        type=rules_pair,
+        default=None,
+        metavar="A,B",
+        help=f"with --compare pick: the two pick rules, the first run first (default {','.join(_ab.RULES)}; "
+        f"valid: {', '.join(_pick.PICK.names)})".replace("%", "%%"),
+    )
+
+
 def _usage_problem(args: argparse.Namespace) -> str | None:
     """Everything an option needs, checked before the first run."""
-    sides = _ab.sides_of(args.compare, args.policy)
-    problem = _keep_problem(args.keep, (sides[0].label, sides[1].label), args.runs)
+    if args.rules is not None and args.compare != _ab.PICK:
+        return "--rules names the pick rules --compare pick sets against each other"
+    sides = _ab.sides_of(args.compare, args.policy, args.rules or _ab.RULES)
+    problem = _pick_settings_problem() if args.compare == _ab.PICK else None
+    problem = problem or _keep_problem(args.keep, (sides[0].label, sides[1].label), args.runs)
     problem = problem or output_problem(args.json) or output_problem(args.figure, "--figure")
     if problem is None and args.figure and args.compare == _ab.PICK:
         problem = "--figure draws the flush comparison; --compare pick has none"
     if problem is None and args.figure:
         problem = _figure_problem(args.figure, args.json)
     return problem
+
+
+def _pick_settings_problem() -> str | None:
+    """An invalid setting of the rules' (the runs would each say it and run without it)."""
+    problems = [
+        _pick.floor_from(_env.value(_env.PICK_FLOOR_VAR))[1],
+        _pick.again_ms_from(_env.value(_env.PICK_AGAIN_VAR))[1],
+    ]
+    return next((p for p in problems if p), None)
 
 
 def _keep_problem(keep: str | None, sides: tuple[str, str], runs: int) -> str | None:
@@ -211,6 +252,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         job_stdout=stdout,
         min_effect=args.min_effect,
         compared=args.compare,
+        rules=args.rules or _ab.RULES,
     )
     if args.figure:
         from .._ab.figure import draw  # matplotlib, only when a figure is asked for

@@ -1,0 +1,469 @@
+"""One pick for every rank and every run (#68): the store, the pick file, and the real Triton
+Autotuner under Triton's interpreter in jobs of several ranks launched by ``torchrun`` (gloo),
+where each rank's timings jitter so that the autotuner's own pick differs between ranks."""
+
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import cleanflush
+from cleanflush import _agree
+
+from .conftest import environ_without_cleanflush
+from .triton_layout import needs_autotune_do_bench
+
+torch_distributed = pytest.importorskip("torch.distributed")
+
+DECISION = _agree.Decision("triton", "lib.k", "(256,)", ("BLOCK: 16", "BLOCK: 32"), "abc")
+
+# ---- the store, on a real torch.distributed store ----------------------------------------
+
+
+def test_the_first_pick_published_is_every_ranks_pick(monkeypatch):
+    store = torch_distributed.HashStore()
+    cleanflush.pick_store(store)
+    assert _agree.published(DECISION, chooses=True) is None  # nothing published yet
+    monkeypatch.setenv("RANK", "0")
+    assert _agree.publish(DECISION, "BLOCK: 32", 0.0123, chooses=True) is None  # rank 0's is the first
+    monkeypatch.setenv("RANK", "1")
+    lost = _agree.publish(DECISION, "BLOCK: 16", 0.0120, chooses=True)
+    assert lost == _agree.Agreed("BLOCK: 32", "rank 0", 0.0123)  # rank 1 takes rank 0's
+    assert _agree.published(DECISION, chooses=True) == lost  # a rank that comes later finds it before tuning
+    other = _agree.Decision("triton", "lib.k", "(256,)", ("BLOCK: 16", "BLOCK: 64"), "abc")
+    assert _agree.published(other, chooses=True) is None  # other candidate configs: another decision
+
+
+def test_the_store_is_used_under_a_rule_that_chooses_unless_turned_on_or_off(monkeypatch):
+    cleanflush.pick_store(torch_distributed.HashStore())
+    assert _agree.active(chooses=True) and not _agree.active(chooses=False)  # auto: under stable only
+    monkeypatch.setenv("CLEANFLUSH_PICK_STORE", "on")
+    assert _agree.active(chooses=False)
+    monkeypatch.setenv("CLEANFLUSH_PICK_STORE", "off")
+    assert not _agree.active(chooses=True)
+    monkeypatch.setenv("CLEANFLUSH_PICK_STORE", "sometimes")
+    with pytest.warns(
+        RuntimeWarning, match="CLEANFLUSH_PICK_STORE='sometimes' is not valid; use one of: auto, on, off"
+    ):
+        assert _agree.active(chooses=True)
+
+
+def test_no_store_without_a_process_group_of_several_ranks():
+    assert not torch_distributed.is_initialized()
+    assert _agree.active(chooses=True) is False and _agree.publish(DECISION, "BLOCK: 16", None, True) is None
+
+
+def test_two_jobs_on_one_store_never_mix(monkeypatch):
+    shared = torch_distributed.HashStore()
+    cleanflush.pick_store(shared)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-a")
+    assert _agree.publish(DECISION, "BLOCK: 32", None, True) is None
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-b")
+    cleanflush.pick_store(shared)  # the next job, on the same store
+    assert _agree.published(DECISION, True) is None
+
+
+class Hanging:
+    """A store whose server stopped answering: every call blocks."""
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def check(self, keys):
+        self.release.wait()
+        return False
+
+    compare_set = get = check
+
+
+def test_a_store_that_does_not_answer_is_given_up_in_bounded_time_said_once(monkeypatch):
+    hanging = Hanging()  # a stand-in: a real store that hangs needs a server that stops answering
+    monkeypatch.setattr(_agree, "STORE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(_agree, "_store", lambda chooses: None if _agree.STORE.dead else hanging)
+    started = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="no longer agreed through the job.s store .it did not answer in 0.2 s"):
+        assert _agree.published(DECISION, True) is None
+    assert _agree.publish(DECISION, "BLOCK: 16", None, True) is None  # given up: asked no more
+    assert time.monotonic() - started < 2
+    hanging.release.set()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"not json",
+        json.dumps({"v": 99, "pick": "BLOCK: 16"}),
+        json.dumps({"v": 1, "pick": 16}),
+        json.dumps(["BLOCK: 16"]),
+        b"\xff\xfe",
+    ],
+)
+def test_a_published_pick_that_is_none_is_not_taken(text):
+    with pytest.warns(RuntimeWarning, match="could not be read"):
+        assert _agree.read_payload(text) is None
+
+
+# ---- the pick file ---------------------------------------------------------------------
+
+HERE = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "triton": "3.6.0"}
+
+
+def kept(decision=DECISION, pick="BLOCK: 32", **changes):
+    entry = _agree.Entry(decision, pick, "stable", "write-read", {"BLOCK: 16": 1.0, "BLOCK: 32": 0.99}, **HERE,
+                         written=time.time(), host="h", pid=1)  # fmt: skip
+    for name, value in changes.items():
+        setattr(entry, name, value)
+    return entry
+
+
+def test_a_pick_file_keeps_a_runs_picks_and_a_later_run_takes_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    _agree.write(kept())
+    _agree.FILE.stamp = None  # another process
+    assert _agree.in_file(DECISION, HERE) == _agree.Agreed("BLOCK: 32", "the pick file", 0.99)
+    data = json.loads((tmp_path / "picks.json").read_text())
+    assert data["format"] == "cleanflush picks" and data["version"] == 1 and len(data["entries"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("changed", "why"),
+    [
+        ({"configs": ("BLOCK: 16", "BLOCK: 32", "BLOCK: 64")}, "its candidate configs are others now"),
+        ({"kernel": "def"}, "the kernel's source changed"),
+        ({"gpu": "NVIDIA H200"}, "another gpu"),
+        ({"triton": "3.7.1"}, "another triton"),
+        ({"torch": "2.13.0"}, "another torch"),
+    ],
+)
+def test_an_entry_that_no_longer_matches_is_tuned_again_said_once(tmp_path, monkeypatch, capsys, changed, why):
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    _agree.write(kept())
+    here = {**HERE, **{k: v for k, v in changed.items() if k in HERE}}
+    decision = _agree.Decision(**{**vars(DECISION), **{k: v for k, v in changed.items() if k not in HERE}})
+    assert _agree.in_file(decision, here) is None
+    assert _agree.in_file(decision, here) is None
+    said = [line for line in capsys.readouterr().err.splitlines() if "tuned again here" in line]
+    assert len(said) == 1 and why in said[0]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{ torn",
+        json.dumps({"format": "cleanflush picks", "version": 2, "entries": []}),
+        json.dumps({"format": "something else"}),
+        json.dumps({"format": "cleanflush picks", "version": 1, "entries": [{"decision": "x"}]}),
+        json.dumps({"format": "cleanflush picks", "version": 1, "entries": {"a": 1}}),
+    ],
+)
+def test_a_torn_or_hostile_or_other_version_file_is_one_line_and_nothing_taken(tmp_path, monkeypatch, capsys, content):
+    path = tmp_path / "picks.json"
+    path.write_text(content)
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(path))
+    assert _agree.in_file(DECISION, HERE) is None
+    said = [line for line in capsys.readouterr().err.splitlines() if "picks.json cannot be read" in line]
+    assert len(said) == 1 and said[0].startswith("cleanflush: CLEANFLUSH_PICK_FILE: ")
+
+
+def test_a_pick_that_is_none_of_the_decisions_configs_is_not_taken(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    _agree.write(kept(pick="__import__('os').system('true')"))
+    assert _agree.in_file(DECISION, HERE) is None
+
+
+def test_a_pick_file_that_is_a_link_is_never_written_through(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "elsewhere.json"
+    target.write_text("mine")
+    (tmp_path / "picks.json").symlink_to(target)
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    _agree.write(kept())
+    assert target.read_text() == "mine" and (tmp_path / "picks.json").is_symlink()
+    assert "it is a symbolic link" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.json", "picks.json"]  # no temporary left
+
+
+def test_a_folder_holds_a_file_per_process_and_every_reader_takes_the_earliest(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks") + os.sep)
+    _agree.write(kept(pick="BLOCK: 16", written=2.0))
+    (own,) = (tmp_path / "picks").iterdir()
+    assert own.name == f"picks-{socket.gethostname()}-{os.getpid()}.json"
+    other = json.loads(own.read_text())
+    other["entries"][0].update(pick="BLOCK: 32", written=1.0, pid=7)
+    (tmp_path / "picks" / "picks-other-7.json").write_text(json.dumps(other))
+    assert _agree.in_file(DECISION, HERE).pick == "BLOCK: 32"  # the earliest written
+
+
+WRITER = """
+import os, sys, time
+from cleanflush import _agree
+d = _agree.Decision("triton", "lib.k", "({0},)", ("BLOCK: 16", "BLOCK: 32"), "abc")
+for n in range(5):
+    d = _agree.Decision("triton", "lib.k", f"({{os.getpid()}}, {{n}})", d.configs, "abc")
+    _agree.write(_agree.entry(d, "BLOCK: 16", "stable", "write-read", {{}}))
+"""
+
+
+def test_many_processes_writing_one_pick_file_at_once_lose_no_entry(tmp_path):
+    env = {**environ_without_cleanflush(), "CLEANFLUSH_PICK_FILE": str(tmp_path / "picks.json")}
+    children = [
+        subprocess.Popen([sys.executable, "-c", WRITER.format(i)], env=env, stderr=subprocess.PIPE, text=True)
+        for i in range(8)
+    ]
+    errors = [child.communicate(timeout=120)[1] for child in children]
+    assert all(child.returncode == 0 for child in children), errors
+    entries = json.loads((tmp_path / "picks.json").read_text())["entries"]
+    assert len(entries) == 40 and len({e["decision"]["key"] for e in entries}) == 40
+    assert [p.name for p in tmp_path.iterdir()] == ["picks.json"]  # no temporary left behind
+
+
+# ---- the real autotuner: ranks of one job, and fresh runs ---------------------------------
+
+RANKS_JOB = """
+import json, os, random, sys, time
+import torch, triton, triton.language as tl
+import cleanflush
+import torch.distributed as dist
+
+STORE = os.environ.get("OWN_STORE")
+if STORE:  # a TCPStore of the job's own, hosted by rank 0, named to cleanflush
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore("127.0.0.1", int(STORE), world, rank == 0, wait_for_workers=True)
+    cleanflush.pick_store(store)
+else:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+rng = random.Random(1000 * int(os.environ.get("SEED", "0")) + rank)
+BASE = {16: 1.000, 32: 1.002, 64: 1.004, 128: 1.5}
+block, tuned = [], []
+
+def jitter_bench(kernel_call, quantiles=None, **kw):
+    kernel_call()
+    if os.environ.get("DIE") == str(rank) and len(tuned) == 2:
+        os._exit(0)  # this rank dies in the middle of a sweep
+    tuned.append(block[-1])
+    t = BASE[block[-1]] * (1 + rng.uniform(-0.01, 0.01))
+    return [t, t, t]
+
+def pre(nargs):
+    block.append(nargs["BLOCK"])
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=pre) for b in BASE], key=["n"], do_bench=jitter_bench,
+                 restore_value=["x_ptr"])
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=m) + 1, mask=m)
+
+keys = [64, 128, 192, 256]
+if os.environ.get("ORDER") == "rotated":  # each rank its own order, and a key of its own
+    keys = keys[rank % len(keys):] + keys[:rank % len(keys)] + [1000 + rank]
+if os.environ.get("STORE_GONE"):
+    if rank == 0:
+        os._exit(0)  # the rank that hosts the store leaves before anyone tunes
+    time.sleep(1)
+time.sleep(float(os.environ.get("STAGGER", "0")) * rank)
+picks, swept = {}, {}
+for n in keys:
+    x = torch.zeros(n)
+    before = len(tuned)
+    add_one[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, n)
+    assert float(x.sum()) == n
+    picks[n], swept[n] = add_one.best_config.kwargs["BLOCK"], len(tuned) > before
+with open(os.path.join(os.environ["OUT"], f"rank-{rank}.json"), "w") as f:
+    json.dump({"picks": picks, "swept": swept, "world": world}, f)
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(tmp_path, ranks, env=None, nodes=1, timeout=240):
+    """The job on ``ranks`` ranks of ``nodes`` torchrun launchers on this host (a c10d
+    rendezvous where there are two); each rank's result, by rank."""
+    job = tmp_path / "ranks_job.py"
+    job.write_text(RANKS_JOB)
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    full = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "OUT": str(out), "CLEANFLUSH": "1", **(env or {})}
+    per_node, port = ranks // nodes, free_port()
+    launch = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc-per-node={per_node}"]
+    if nodes == 1:
+        launch += [f"--master-port={port}", "--master-addr=127.0.0.1"]
+    else:
+        launch += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=cleanflush-test"]
+    started = time.monotonic()
+    launchers = [
+        subprocess.Popen([*launch, str(job)], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(nodes)
+    ]
+    outputs = [launcher.communicate(timeout=timeout) for launcher in launchers]
+    for launcher, (_, err) in zip(launchers, outputs):
+        assert launcher.returncode == 0, err[-4000:]
+    found = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
+    return found, time.monotonic() - started, "".join(err for _, err in outputs)
+
+
+def alike(found, keys=("64", "128", "192", "256")):
+    """The keys every rank that tuned them picked alike."""
+    return {k for k in keys if len({r["picks"][k] for r in found.values() if k in r["picks"]}) == 1}
+
+
+@needs_autotune_do_bench
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_every_rank_keeps_the_same_pick_through_the_store_and_not_without_it(tmp_path, ranks):
+    found, _, _ = torchrun(tmp_path, ranks, {"CLEANFLUSH_PICK_STORE": "on", "SEED": "1"})
+    assert sorted(found) == list(range(ranks)) and alike(found) == {"64", "128", "192", "256"}
+    control, _, _ = torchrun(tmp_path, ranks, {"CLEANFLUSH_PICK_STORE": "off", "SEED": "1"})
+    assert len(alike(control)) < 4  # the negative control: jitter decides each rank's own pick
+
+
+@needs_autotune_do_bench
+def test_a_rank_that_finds_the_pick_published_skips_the_tuning(tmp_path):
+    found, _, _ = torchrun(tmp_path, 4, {"CLEANFLUSH_PICK": "stable", "STAGGER": "2"})
+    assert alike(found) == {"64", "128", "192", "256"}  # stable turns the store on by itself
+    assert all(found[0]["swept"].values())  # rank 0 came first and tuned every key
+    assert not any(v for r in (1, 2, 3) for v in found[r]["swept"].values())  # the others took its picks
+
+
+@needs_autotune_do_bench
+def test_ranks_that_tune_other_keys_in_other_orders_and_one_that_dies_mid_tune_never_hang(tmp_path):
+    env = {"CLEANFLUSH_PICK_STORE": "on", "ORDER": "rotated", "DIE": "3"}
+    found, took, _ = torchrun(tmp_path, 4, env, timeout=240)
+    assert sorted(found) == [0, 1, 2]  # rank 3 died in its first sweep, the others finished
+    assert alike(found) == {"64", "128", "192", "256"}
+    assert all(f"{1000 + r}" in found[r]["picks"] for r in found)  # each rank's own key, tuned by it alone
+
+
+@needs_autotune_do_bench
+def test_a_store_that_goes_away_leaves_each_rank_its_own_pick_said_once(tmp_path):
+    env = {"CLEANFLUSH_PICK_STORE": "on", "OWN_STORE": str(free_port()), "STORE_GONE": "1"}
+    found, took, stderr = torchrun(tmp_path, 3, env, timeout=240)
+    assert sorted(found) == [1, 2] and all(len(r["picks"]) == 4 for r in found.values())
+    assert stderr.count("picks are no longer agreed through the job's store") == 2  # once a rank
+
+
+@needs_autotune_do_bench
+def test_two_nodes_on_one_host_agree_through_the_store_as_one_node_does(tmp_path):
+    found, _, _ = torchrun(tmp_path, 4, {"CLEANFLUSH_PICK_STORE": "on", "SEED": "2"}, nodes=2)
+    assert sorted(found) == [0, 1, 2, 3] and alike(found) == {"64", "128", "192", "256"}
+
+
+ONE_PROCESS = '    dist.init_process_group("gloo")\n    rank, world = dist.get_rank(), dist.get_world_size()'
+RUN_JOB = RANKS_JOB.replace(ONE_PROCESS, "    rank, world = 0, 1")  # a plain run: no process group
+
+
+def fresh_run(tmp_path, seed, **env):
+    job = tmp_path / "run_job.py"
+    job.write_text(RUN_JOB)
+    out = tmp_path / f"out-{seed}"
+    out.mkdir()
+    full = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "OUT": str(out), "SEED": str(seed), **env}
+    child = subprocess.run([sys.executable, str(job)], env=full, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads((out / "rank-0.json").read_text()), child.stderr
+
+
+@needs_autotune_do_bench
+def test_fresh_runs_with_a_pick_file_keep_the_first_runs_picks(tmp_path):
+    picks = tmp_path / "picks.json"
+    runs = [fresh_run(tmp_path, seed, CLEANFLUSH_PICK_FILE=str(picks))[0] for seed in range(4)]
+    assert all(run["picks"] == runs[0]["picks"] for run in runs)
+    assert all(runs[0]["swept"].values()) and not any(v for run in runs[1:] for v in run["swept"].values())
+    control = [fresh_run(tmp_path, 10 + seed, CLEANFLUSH="1")[0]["picks"] for seed in range(4)]
+    assert any(c != control[0] for c in control)  # the negative control: no file, each run its own
+    entries = json.loads(picks.read_text())["entries"]
+    assert {e["decision"]["key"] for e in entries} == {"(64, 'torch.float32')", "(128, 'torch.float32')",
+                                                       "(192, 'torch.float32')", "(256, 'torch.float32')"}  # fmt: skip
+    assert all(e["gpu"] == "cpu" and e["triton"] and e["rule"] == "fastest" and e["timings_ms"] for e in entries)
+
+
+@needs_autotune_do_bench
+def test_an_entry_for_other_configs_is_tuned_again_and_said(tmp_path):
+    picks = tmp_path / "picks.json"
+    fresh_run(tmp_path, 0, CLEANFLUSH_PICK_FILE=str(picks))
+    data = json.loads(picks.read_text())
+    for entry in data["entries"]:
+        entry["decision"]["configs"] = entry["decision"]["configs"][:-1]  # the job's configs changed since
+    picks.write_text(json.dumps(data))
+    run, stderr = fresh_run(tmp_path, 1, CLEANFLUSH_PICK_FILE=str(picks))
+    assert all(run["swept"].values())
+    assert stderr.count("is tuned again here: its candidate configs are others now") == 4
+
+
+def test_pick_store_is_public_and_uninstall_leaves_it_alone():
+    assert cleanflush.pick_store is _agree.pick_store and "pick_store" in cleanflush.__all__
+    assert multiprocessing.current_process().name == "MainProcess"
+
+
+DISK_JOB = """
+import json, os, random
+import torch, triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+
+class Target:  # a stand-in: Triton's disk cache names the GPU it tuned for, and the interpreter has none
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+triton.runtime.driver.set_active(Target())
+rng = random.Random(int(os.environ["SEED"]))
+BASE = {16: 1.004, 32: 1.000, 64: 1.5}  # 32 the fastest, 16 first in order within the band
+which = torch.zeros(1)
+
+def jitter_bench(kernel_call, quantiles=None, **kw):
+    kernel_call()
+    t = BASE[int(which.item())] * (1 + rng.uniform(-0.0002, 0.0002))
+    return [t, t, t]
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in BASE], key=["n"], do_bench=jitter_bench,
+                 restore_value=["x_ptr"])
+@triton.jit
+def add_one(x_ptr, which_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=m) + 1, mask=m)
+    tl.store(which_ptr, BLOCK)
+
+# the interpreter turns Triton's disk cache off; the job asks for it, with the interpreter's kernel
+# standing for the compiled one the cache key names (a stand-in: nothing compiles here)
+import triton.runtime.autotuner as autotuner
+from triton.runtime.interpreter import InterpretedFunction
+autotuner.JITFunction, add_one.fn.cache_key = InterpretedFunction, "interpreted add_one"
+add_one.cache_results = True
+x = torch.zeros(256)
+add_one[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, which, 256)
+timings = {c.kwargs["BLOCK"]: t[0] for c, t in add_one.configs_timings.items()}
+print(json.dumps({"pick": add_one.best_config.kwargs["BLOCK"], "timings": timings}))
+"""
+
+
+@needs_autotune_do_bench
+def test_triton_disk_cache_readers_keep_the_writers_stable_pick(tmp_path):
+    env = {"TRITON_CACHE_DIR": str(tmp_path / "triton"), "CLEANFLUSH_PICK": "stable", "CLEANFLUSH": "1"}
+    job = tmp_path / "disk_job.py"
+    job.write_text(DISK_JOB)
+
+    def run(seed):
+        full = {**environ_without_cleanflush(), "TRITON_INTERPRET": "1", "SEED": str(seed), **env}
+        child = subprocess.run([sys.executable, str(job)], env=full, capture_output=True, text=True, timeout=120)
+        assert child.returncode == 0, child.stderr[-3000:]
+        return json.loads(child.stdout.strip().splitlines()[-1])
+
+    writer = run(0)
+    assert writer["pick"] == 16  # the stable pick, not the sweep's fastest
+    measured = writer["timings"]
+    assert min(measured, key=measured.get) == "32"  # what the job sees is what was measured
+    (written,) = (tmp_path / "triton").rglob("*.autotune.json")
+    in_file = {c["kwargs"]["BLOCK"]: t[0] for c, t in json.loads(written.read_text())["configs_timings"]}
+    assert min(in_file, key=in_file.get) == 16 and in_file[32] == measured["32"]  # kept at the fastest's less a hair
+    readers = [run(seed) for seed in (1, 2)]
+    assert [r["pick"] for r in readers] == [16, 16]  # every reader keeps the writer's pick
