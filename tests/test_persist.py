@@ -423,3 +423,22 @@ def test_verify_reads_the_limit_and_the_resets(gpu):
 )
 def test_verify_says_whether_persisting_l2_was_set_aside_and_reset(found, expected):
     assert report.persisting_line(found) == expected
+
+
+@pytest.mark.parametrize("name", ["verify-h200-fresh-process.json", "verify-h200-controls.json"])
+def test_verify_prints_the_line_after_the_flushes_and_records_from_before_print_none(name):
+    import json
+    from pathlib import Path
+
+    from cleanflush._verify import verdict
+
+    rec = json.loads((Path(__file__).resolve().parent / "data" / name).read_text())
+    rec = rec["records"][0] if "records" in rec else rec
+    form = report.format_controls if "controls" in name else report.format_report
+    judged = verdict.judge_controls(rec) if "controls" in name else verdict.judge(rec)
+    assert "persisting L2" not in form(rec, judged)  # recorded before verify read it
+    rec["persisting_l2"] = {"limit_bytes": 0, "max_bytes": 30 * MiB, "resets": 0, "binding": "b", "error": None}
+    lines = form(rec, judged).splitlines()
+    said = "persisting L2: none set aside at the start (limit 0 of the 30 MiB this GPU allows; read through b)"
+    at = lines.index(said)
+    assert lines[at - 1].startswith("flushes under ")

@@ -388,7 +388,9 @@ class TorchCudart:
     def clear_window(self, index: int) -> None:
         value = (ctypes.c_char * WINDOW_VALUE_BYTES)()  # zeroed: no bytes, normal access
         with _on(index):
-            self._call("cudaStreamSetAttribute", ctypes.c_void_p(_current_stream(index)), ATTR_WINDOW, value)
+            self._call(
+                "cudaStreamSetAttribute", ctypes.c_void_p(_current_stream(index)), ATTR_WINDOW, ctypes.byref(value)
+            )
 
 
 def loaded_cudart(maps: str = "/proc/self/maps") -> str:
