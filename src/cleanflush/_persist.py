@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._read import one_line
 from ._state import State, TargetStatus, on_reset, warn_once
 
 if TYPE_CHECKING:
@@ -140,20 +141,21 @@ def check(device: torch.device) -> Device:
             if STATE.runtime is None and not _can_set_aside(device):
                 seen = Device(checked=False)
             else:
-                runtime = STATE.runtime or _load(device.index or 0)
-                seen.max_bytes = seen.max_bytes or runtime.max_persisting(device.index or 0)
+                index = _index(device)
+                runtime = STATE.runtime or _load(index)
+                seen.max_bytes = seen.max_bytes or runtime.max_persisting(index)
                 seen.checked = seen.max_bytes > 0  # a device that cannot set any aside: nothing to read again
-                seen.limit = runtime.limit(device.index or 0) if seen.checked else 0
+                seen.limit = runtime.limit(index) if seen.checked else 0
                 seen.read_ns = clock()
         except FAILURES as exc:  # no binding, a call that failed: the flush runs as before
             _problem(
                 CHECK,
                 device,
                 "failed",
-                f"it could not be checked ({_one_line(exc)}): a part of L2 set aside there for persisting lines "
+                f"it could not be checked ({one_line(exc)}): a part of L2 set aside there for persisting lines "
                 "survives the flush",
             )
-            seen = Device(checked=False)
+            seen.checked, seen.limit = False, 0  # what a reset took stays, for uninstall to give back
         STATE.devices[device] = seen
         return seen
 
@@ -161,21 +163,21 @@ def check(device: torch.device) -> Device:
 def _reset(device: torch.device, seen: Device) -> None:
     """The limit to 0 (this drains the GPU), the persisting lines to normal, the stream's window cleared."""
     with STATE.lock:
-        runtime, index = STATE.runtime, device.index or 0
+        runtime, index = STATE.runtime, _index(device)
         if runtime is None or not seen.limit:  # another thread reset it meanwhile
             return
         try:
             runtime.set_limit(index, 0)
             runtime.reset_lines(index)
         except FAILURES as exc:  # the flush runs as before, the lines kept
-            _problem(CHECK, device, "failed", f"it could not be reset ({_one_line(exc)}): its persisting lines survive")
-            STATE.devices[device] = Device(checked=False)
+            _problem(CHECK, device, "failed", f"it could not be reset ({one_line(exc)}): its persisting lines survive")
+            seen.checked, seen.limit = False, 0  # not tried again
             return
         seen.taken, seen.limit, seen.resets = seen.limit, 0, seen.resets + 1
         try:
             runtime.clear_window(index)
         except FAILURES as exc:  # with no set-aside left, a window has no L2 to persist lines in
-            _problem(WINDOW, device, "failed", f"its current stream's window could not be cleared ({_one_line(exc)})")
+            _problem(WINDOW, device, "failed", f"its current stream's window could not be cleared ({one_line(exc)})")
 
 
 def _captured(device: torch.device, limit: int) -> None:
@@ -195,8 +197,13 @@ def _problem(what: str, device: torch.device, state: State, why: str) -> None:
     warn_once(f"persisting:{what}:{device}", f"persisting L2 on {device}: {why}")
 
 
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+def _index(device: torch.device) -> int:
+    """The CUDA device index ``device`` names ("cuda" alone: the current device)."""
+    if device.index is not None:
+        return device.index
+    import torch
+
+    return int(torch.cuda.current_device())
 
 
 def _can_set_aside(device: torch.device) -> bool:
@@ -232,10 +239,10 @@ def release() -> None:
             if runtime is None or not seen.taken:
                 continue
             try:
-                if runtime.limit(device.index or 0) == 0:
-                    runtime.set_limit(device.index or 0, seen.taken)
+                if runtime.limit(_index(device)) == 0:
+                    runtime.set_limit(_index(device), seen.taken)
             except FAILURES as exc:  # uninstall goes on; the limit stays 0
-                _problem(GIVE_BACK, device, "failed", f"its set-aside could not be given back ({_one_line(exc)})")
+                _problem(GIVE_BACK, device, "failed", f"its set-aside could not be given back ({one_line(exc)})")
         STATE.devices.clear()
         STATE.runtime = None
 
@@ -278,7 +285,7 @@ def _load(index: int) -> Runtime:
             runtime: Runtime = make()
             runtime.max_persisting(index)
         except FAILURES as exc:  # the next binding is tried; both failing is said by the caller
-            tried.append(f"{make.name}: {_one_line(exc)}")
+            tried.append(f"{make.name}: {one_line(exc)}")
             continue
         STATE.runtime = runtime
         return runtime
