@@ -25,10 +25,12 @@ the last reading.  So a change is seen within that time of the host's, at a cost
 one reading per ``READ_AGAIN_NS``; after a reset cleanflush knows it is 0.
 
 Through which binding (``_load``): cuda-python's ``cuda.bindings.runtime`` where it imports
-and answers (torch's own ``torch.cuda._utils`` prefers it too), else ``ctypes`` on the CUDA
-runtime library torch loaded (found as torch itself checks for it: libcudart in
-``/proc/self/maps``, pytorch's ``torch/__init__.py``, ``_load_global_deps``; opened with
-RTLD_NOLOAD, never a second copy).  A GPU before compute capability 8.0, or ROCm, has no
+and answers (its calls and enums read in cuda-bindings 13.5.0; torch's own
+``torch.cuda._utils`` prefers it too), else ``ctypes`` on the CUDA runtime library torch
+loaded (found as torch itself checks for it: libcudart in ``/proc/self/maps``,
+``_load_global_deps`` in torch/__init__.py, read at pytorch cf30153, the 2.13.0 wheel; opened
+with RTLD_NOLOAD, never a second copy).  A failed call's error is cleared from the runtime,
+or torch's next launch check would report it as the user's.  A GPU before compute capability 8.0, or ROCm, has no
 set-aside: nothing is checked there.
 
 Never inside CUDA-graph capture: a captured flush runs no host code at replay, and setting the
