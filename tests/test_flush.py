@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import cleanflush
-from cleanflush import _flush, _read, _seam
+from cleanflush import _flush, _policies, _read, _seam
 from cleanflush.patches._tensor import flushing_tensor, plain_tensor
 
 from .ops import OpRecorder, overlaps
@@ -384,3 +384,26 @@ def test_the_read_size_follows_the_devices_l2(monkeypatch, fake_l2, l2_mib, poli
     assert entry.buffer.numel() * 4 == max(2 * l2, 256 * MiB)  # also the read without a hold fits
     written = (cache != 7).sum().item() * 4
     assert written == (l2 // 8 if policy == "write-read" else 0)
+
+
+# A policy record that neither writes nor reads (none ships: a record added to _policies must
+# still be run by its fields, never by its name)
+
+NEITHER = _policies.Policy("neither", writes=False, reads=False, shrinks_owned_write=False, summary="nothing")
+
+
+def test_a_policy_that_neither_writes_nor_reads_runs_no_write(monkeypatch):
+    monkeypatch.setattr(_policies, "get", lambda name: NEITHER)
+    cache = torch.full((16,), 7, dtype=torch.int32)
+    with OpRecorder() as rec:
+        assert _flush.flush("test", write=cache.zero_, cache=cache, write_part=lambda head: head.zero_()) is None
+    assert rec.names == [] and bool((cache == 7).all())
+    assert cleanflush.flush_counts() == {("test", "neither"): 1}
+
+
+def test_a_write_inline_in_the_harness_counts_as_the_write_it_was_under_a_policy_that_does_not_write(monkeypatch):
+    monkeypatch.setattr(_policies, "get", lambda name: NEITHER)
+    with OpRecorder() as rec:
+        _flush.flush("inline", device=torch.device("cpu"), written=None)  # the harness has written
+    assert rec.names == []
+    assert cleanflush.flush_counts() == {("inline", "write"): 1}

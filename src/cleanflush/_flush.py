@@ -18,6 +18,9 @@ has written), and ``flush`` runs the active policy around it:
 * ``read``: the read alone, of the stock write's bytes.  A write inline in the harness cannot
   be skipped: there ``read`` runs, and is counted, as ``write-read``.
 
+Under a policy that reads, the flush first asks ``_persist`` to give back any part of L2 set
+aside for persisting lines, which no write or read evicts (``_persist`` says when and how).
+
 Rules it keeps (docs/policies.md): the read sums a float32 buffer of our own (summing the
 int32 flush buffer would widen it to int64 through a temporary that dirties L2 again);
 capture-safe (after ``prepare``, a flush allocates nothing, syncs nothing, copies nothing
@@ -34,7 +37,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _hold, _policies, _read, _seam
+from . import _hold, _persist, _policies, _read, _seam
 from ._policy import current_policy
 from ._state import TargetStatus, count_flush, on_reset, warn_once
 
@@ -77,7 +80,7 @@ def flush(
     """
     policy = _policies.get(current_policy())
     if not policy.reads:
-        return _counted(label, policy.name, write)
+        return _counted(label, policy, write)
     if cache is not None:
         found = _size_of(cache)
         if isinstance(found, str):
@@ -87,9 +90,10 @@ def flush(
         return fall_back(label, "it flushed with no device to read on", write or _nothing)
     try:
         entry = _read.prepare(device)
-        if one_kernel and policy.writes and _one_kernel(label, entry, cache):
-            return None
         capturing = _hold.capturing(device)
+        _persist.before_flush(device, capturing)  # before the write: persisting lines must be evictable
+        if one_kernel and policy.writes and _one_kernel(label, entry, cache, capturing):
+            return None
         hold = _hold.hold_ns(device, entry.handshake, capturing)  # before the write, which fills the stream
         head = _owned_head(entry, cache) if policy.shrinks_owned_write and write_part is not None else None
     except Exception as exc:  # our own preparation must never break the benchmark: the stock write
@@ -124,6 +128,8 @@ def prepare(device: torch.device, one_kernel: bool = False) -> str | None:
     """Make what flushes on ``device`` read with now, before any CUDA-graph capture or timed
     loop (patches call it where the harness makes its cache).  Returns why the read cannot
     run there as the named kernel ``_read.READ_KERNEL``, or None."""
+    if device.type == "cuda" and _policies.get(current_policy()).reads and not _hold.capturing(device):
+        _persist.before_flush(device, capturing=False, fresh=True)  # a reset's drain here, before the harness's loop
     try:
         entry = _read.prepare(device)
     except _read.ReadUnavailable as exc:  # the flush that cannot read says so, once
@@ -145,9 +151,11 @@ def _nothing() -> None:
     """The stock write of a harness that writes inline: it has run already."""
 
 
-def _counted(label: str, ran: str, write: Callable[[], Any] | None) -> Any:
-    result = write() if write is not None else None
-    count_flush(label, ran)
+def _counted(label: str, policy: _policies.Policy, write: Callable[[], Any] | None) -> Any:
+    """A flush that does not read: the write where the policy writes; a write inline in the
+    harness (``write`` None) has run whatever the policy, and counts as the write it was."""
+    result = write() if write is not None and policy.writes else None
+    count_flush(label, policy.name if write is not None else _policies.WRITE.name)
     return result
 
 
@@ -176,7 +184,7 @@ def _region(entry: _read.ReadBuffer, nbytes: int, cache: Any) -> torch.Tensor:
     return data if choose is None else choose(cache, data, entry.l2)
 
 
-def _one_kernel(label: str, entry: _read.ReadBuffer, cache: Any) -> bool:
+def _one_kernel(label: str, entry: _read.ReadBuffer, cache: Any, capturing: bool) -> bool:
     """Write-read of a zeroing CUDA ``cache`` as the one kernel ``_read.write_read_kernel``;
     False (said once) where it cannot run: the flush then runs as two kernels."""
     if cache is None or cache.device.type != "cuda":
@@ -185,7 +193,7 @@ def _one_kernel(label: str, entry: _read.ReadBuffer, cache: Any) -> bool:
 
     try:
         kernel = _read.write_read_kernel(entry)
-        entry.captured |= _hold.capturing(cache.device)
+        entry.captured |= capturing
         # a CUPTI timer takes the kernel's own time: no host time to cover, no hold needed
         head = _owned_head(entry, cache, needs_hold=False)
         words = cache if head is None else head
@@ -246,18 +254,20 @@ def fall_back(label: str, why: str, stock: Callable[[], Any], counted: bool = Tr
 
 
 def release() -> None:
-    """Drop the read buffers (uninstall calls this)."""
+    """Drop the read buffers, and give back the persisting L2 a reset took (uninstall calls this)."""
     _read.release()
+    _persist.release()
 
 
 def status_rows() -> list[TargetStatus]:
     """Rows for the flush itself: devices whose read could not be made, flushes that fell back."""
     with _fallbacks_lock:
         fallbacks = sorted(FALLBACKS.items())
-    return _read.status_rows() + [
+    flushes = [
         TargetStatus("cleanflush", f"flushes in {label}", None, "failed", f"{why}: those flushes ran the stock code")
         for label, why in fallbacks
     ]
+    return _read.status_rows() + _persist.status_rows() + flushes
 
 
 @on_reset

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import cleanflush
 
-from .. import _policies, _stats
+from .. import _persist, _policies, _stats
 from .controls import CONTROLS, UNINSTALLED, flushing
 from .probe import GpuProbe
 from .verdict import Record, Timings, new_record
@@ -111,8 +111,11 @@ def measure(options: Options, progress: Callable[[str], None]) -> Record:
         "sm_clock_mhz_after": probe.sm_clock_mhz(),
     }
     record = _new_record(options, names, device, probe, machine)
+    start = record["persisting_l2"] = _persist.reading(device)  # before any flush of ours could reset it
     inductor = None if options.controls else _inductor(progress)  # the controls break only the do_bench path
     record["flushes"] = _timed_rounds(options, names, fn, inductor, record["timings_us"], progress)
+    end = _persist.reading(device)
+    start.update(resets=end["resets"] - start["resets"], end=end["limit_bytes"])
     if options.ncu:
         progress("Nsight Compute: DRAM bytes the timed GEMM writes after each flush")
         record["ncu"] = _ncu(options, [UNINSTALLED, *names])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._stats import quartiles
 from .controls import UNINSTALLED
 from .verdict import PASS_SHARE, ControlsVerdict, Record, Verdict, expected, penalty_share
@@ -80,8 +82,40 @@ def flushes(record: Record) -> list[str]:
     return lines
 
 
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:g} MiB"
+
+
+def persisting_line(found: dict[str, Any] | None) -> str | None:
+    """Whether part of L2 was set aside for persisting lines when verify started, and whether
+    the flushes it timed reset it (None: a record from before verify read it)."""
+    if found is None:
+        return None
+    if found["error"]:
+        return f"persisting L2: {found['error']}"
+    limit = found["limit_bytes"]
+    if limit is None:
+        return "persisting L2: this GPU sets none aside"
+    allows = f"the {_mib(found['max_bytes'])} this GPU allows; read through {found['binding']}"
+    if not limit:
+        return f"persisting L2: none set aside at the start (limit 0 of {allows})"
+    resets = found["resets"]
+    done = (
+        f"cleanflush's flushes set it to 0 ({resets} reset{'' if resets == 1 else 's'})"
+        if resets
+        else "NOT reset by the flushes timed here"
+    )
+    end = "" if found.get("end") is None else f"; it read {_mib(found['end'])} at the end"
+    return f"persisting L2: {_mib(limit)} set aside at the start (of {allows}); {done}{end}"
+
+
+def _persisting(record: Record) -> list[str]:
+    line = persisting_line(record.get("persisting_l2"))
+    return [] if line is None else [line]
+
+
 def format_report(record: Record, verdict: Verdict) -> str:
-    lines = header(record) + timings(record) + [""] + flushes(record)
+    lines = header(record) + timings(record) + [""] + flushes(record) + _persisting(record)
     patched = [r for r in record["targets"] if r["patched"]]
     lines.append(f"targets: {len(patched)} of {len(record['targets'])} patched (`cleanflush status` for details)")
     ncu = record.get("ncu")
@@ -110,7 +144,7 @@ def format_controls(record: Record, verdicts: ControlsVerdict) -> str:
         mb = f"{ncu[name]:.3f}" if name in ncu else "-"
         ok = "yes" if v["result"] == expected(name) else "WRONG"
         rows.append((name, expected(name), v["result"], ok, f"{share:.0%}", margin, mb))
-    lines = header(record) + timings(record) + [""] + flushes(record) + [""]
+    lines = header(record) + timings(record) + [""] + flushes(record) + _persisting(record) + [""]
     lines += _table(rows, left=4)
     lines.append(
         f"(a clean flush must remove at least {PASS_SHARE:.0%} of the stock penalty; margin: share "

@@ -60,6 +60,9 @@ class Record(TypedDict):
     timings_us: Timings
     flushes: dict[str, dict[str, int]]
     ncu: dict[str, Any] | None  # None (not asked), {"error": why}, or MB per flush
+    # persisting L2 at the start (``_persist.reading``), with the resets the flushes made and
+    # the limit at the end ("end"); absent from records made before verify read it
+    persisting_l2: NotRequired[dict[str, Any]]
     verdict: NotRequired[Verdict | ControlsVerdict]  # the command adds it, with its exit code
     elapsed_s: NotRequired[float]
 
