@@ -100,7 +100,11 @@ def to_price(sides: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     config any rank kept, and the call a run recorded for them."""
     wanted = []
     picks = {store: by_decision(side["lines"]) for store, side in sides.items()}
-    calls = {(d["kind"], d["op"], d["key"]): d.get("call", {}) for s in sides.values() for d in s["lines"]}
+    calls: dict[Key, dict[str, Any]] = {}
+    for side in sides.values():
+        for d in side["lines"]:
+            if "file" in d.get("call", {}):
+                calls.setdefault((d["kind"], d["op"], d["key"]), d["call"])
     for key in picks["off"]:
         kept = set(picks["off"][key].values()) | set(picks["on"].get(key, {}).values())
         call = calls.get(key, {})

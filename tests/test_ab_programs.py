@@ -521,7 +521,7 @@ def test_ab_compare_pick_times_the_programs_tuned_under_each_rule_end_to_end(tmp
     ]
     report = child.stdout.splitlines()
     head = report.index(
-        "end to end: the programs tuned under the stable rule against those tuned under the autotuners' own pick "
+        "end to end: the programs tuned under stable against those tuned under fastest "
         "(each program tunes again in one process, then all are timed together, no flush between calls)"
     )
     total = report[head + 2]  # stable over fastest: about a third (sleeps of 1 ms against 3 ms)

@@ -524,3 +524,23 @@ def test_hosttime_quotes_what_no_part_timed_alone_accounts_for(tmp_path):
     record["do_bench_reads"]["write-read"]["loop_reads_us"] = None  # no loop's reads: no line
     (tmp_path / "hosttime.json").write_text(json.dumps(record))
     assert "kineto" not in quoted.hosttime_table(tmp_path)
+
+
+def test_the_ranks_study_counts_decisions_every_rank_picked_alike_and_prices_the_agreed_pick():
+    from benchmarks import ranks
+
+    def line(key, winner, rank, **more):
+        return {"kind": "triton", "op": "k", "key": key, "winner": winner, "rank": rank, **more}
+
+    off = [line("1", "a", 0, call={"file": "f1"}), line("1", "b", 1), line("2", "c", 0), line("2", "c", 1)]
+    on = [line("1", "a", 0), line("1", "a", 1, agreed="rank 0"), line("2", "c", 0), line("2", "c", 1)]
+    assert ranks.agreement(ranks.by_decision(off), 2) == {"decisions": 2, "alike": 1}
+    assert ranks.agreement(ranks.by_decision(on), 2) == {"decisions": 2, "alike": 2}
+    assert ranks.agreement(ranks.by_decision(on[:3]), 2) == {"decisions": 1, "alike": 1}  # made on every rank only
+    sides = {"off": {"lines": off}, "on": {"lines": on}}
+    assert ranks.to_price(sides) == [
+        {"key": ["triton", "k", "1"], "file": "f1", "error": None, "candidates": ["a", "b"]}
+    ]
+    priced = [{"key": ["triton", "k", "1"], "prices": {"a": {"us": 10.0}, "b": {"us": 10.2}}}]
+    (found,) = ranks.agreed_over_own(sides, priced)
+    assert found["ratio"] == pytest.approx(10.0 / 10.1)  # the agreed pick over the ranks' own, each rank counted

@@ -33,7 +33,10 @@ def test_wheel_has_the_autoload_files_at_its_root(tmp_path):
     } <= names
     assert not any(n.startswith(("tests/", "benchmarks/", "matrix/")) for n in names)
     # one line, gated on the variables before anything but os is imported
-    gate = 'import os; (os.environ.get("CLEANFLUSH", "").strip() or os.environ.get("CLEANFLUSH_PICK", "").strip())'
+    gate = (
+        'import os; (os.environ.get("CLEANFLUSH", "").strip() or os.environ.get("CLEANFLUSH_PICK", "").strip() '
+        'or os.environ.get("CLEANFLUSH_PICK_FILE", "").strip())'
+    )
     assert pth.count("\n") == 1 and pth.startswith(gate)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names  # MIT wants it along
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]

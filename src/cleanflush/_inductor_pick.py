@@ -99,6 +99,8 @@ def _autotune(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[s
             return _pick.again(instance.benchmark([choice], *inputs, **hint).get(choice, math.inf), choice)
 
         timings = _keep(rule, timings, call["choices"], time_again, call["name"])
+    if not _agree.active(chooses):
+        return timings
     configs = tuple(choice_label(c) for c in call["choices"])
     decision = _agree.Decision("inductor", str(call["name"]), shapes_key(call["input_nodes"]), configs)
     return _agreed(timings, decision, choice_label, rule)

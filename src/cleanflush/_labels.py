@@ -31,5 +31,8 @@ def shape(node: Any) -> str:
 
 
 def shapes_key(input_nodes: Iterable[Any]) -> str:
-    """An algorithm selection's key: its inputs' shapes."""
-    return ", ".join(shape(n) for n in input_nodes)
+    """An algorithm selection's key: its inputs' shapes (their kind where they are no list)."""
+    try:
+        return ", ".join(shape(n) for n in input_nodes)
+    except TypeError:  # not an iterable of nodes: named by its kind
+        return type(input_nodes).__name__
