@@ -570,3 +570,21 @@ def test_a_whole_file_is_written_beside_its_place_then_renamed(tmp_path, monkeyp
     monkeypatch.setattr(os, "replace", lambda a, b: moved.append(os.path.dirname(a)) or real_replace(a, b))
     _output.write_whole(str(tmp_path / "record.json"), "{}")
     assert moved == [str(tmp_path)] and (tmp_path / "record.json").read_text() == "{}"
+
+
+def test_every_help_survives_any_name(monkeypatch):
+    """Help strings built from names: argparse %-formats help, so a name with % in it would
+    crash --help unless it is escaped; every command's help shows the name as it is."""
+    from cleanflush import _pick, _policies
+    from cleanflush.cli import build_parser
+
+    odd = "within-2%"
+    monkeypatch.setattr(_policies, "POLICIES", (*_policies.POLICIES, odd))
+    monkeypatch.setattr(_pick, "PICKS", (*_pick.PICKS, odd))
+    monkeypatch.setattr(_registry, "NAMES", (*_registry.NAMES, odd))
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    shown = {name: " ".join(command.format_help().split()) for name, command in commands.choices.items()}
+    assert parser.format_help()
+    assert shown["run"].count(odd) == 3  # --policy, --pick, --disable
+    assert odd in shown["status"]  # --check's targets

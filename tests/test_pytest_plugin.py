@@ -237,3 +237,15 @@ print("RESULT", json.dumps([first, second, after_first[0] == before[0], after_se
     off = start.get("CLEANFLUSH") == "0"
     rule = start.get("CLEANFLUSH_PICK", "fastest")  # the second run's, from the environment
     assert seen == ([["write", "fastest"]] * 2 if off else [["read", "stable"], ["write-read", rule]])
+
+
+def test_the_help_survives_any_name(pytester, monkeypatch):
+    """pytest %-formats option help as argparse does: a name with % in it is escaped."""
+    from cleanflush import _pick, _policy
+
+    odd = "within-2%"
+    monkeypatch.setattr(_policy, "POLICIES", (*_policy.POLICIES, odd))
+    monkeypatch.setattr(_pick, "PICKS", (*_pick.PICKS, odd))
+    found = pytester.runpytest_inprocess("-p", "cleanflush.pytest_plugin", "--help")
+    assert found.ret == 0, found.stderr.str()
+    assert " ".join(found.stdout.str().split()).count(odd) == 2

@@ -67,20 +67,26 @@ def _checked(choice: Choice) -> Callable[[str], str]:
     return check
 
 
+def _help_text(text: str) -> str:
+    """``text`` as an option's help: pytest %-formats it as argparse does, so a ``%`` in a
+    name built into it is doubled."""
+    return text.replace("%", "%%")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--cleanflush",
         metavar="POLICY",
         type=_checked(_policy.POLICY),
         default=None,
-        help=f"default cleanflush policy for this run: {', '.join(_policy.POLICIES)}",
+        help=_help_text(f"default cleanflush policy for this run: {', '.join(_policy.POLICIES)}"),
     )
     parser.addoption(
         "--cleanflush-pick",
         metavar="RULE",
         type=_checked(_pick.PICK),
         default=None,
-        help=f"how autotuners pick among near-ties in this run: {', '.join(_pick.PICKS)}",
+        help=_help_text(f"how autotuners pick among near-ties in this run: {', '.join(_pick.PICKS)}"),
     )
 
 

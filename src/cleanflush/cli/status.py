@@ -22,7 +22,7 @@ from typing import Any
 import cleanflush
 
 from .. import _env, _pick, _policies, _registry, _targets
-from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, json_option, output_problem
+from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, help_text, json_option, output_problem
 
 SCHEMA = 2
 PROBLEMS = ("unsupported", "failed")
@@ -44,8 +44,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         nargs="?",
         const="all",
         metavar="TARGETS",
-        help="exit 1 when the settings are invalid or a target cannot be patched; TARGETS "
-        f"(comma-separated: {', '.join(_registry.NAMES)}) limits it to those",
+        help=help_text(
+            "exit 1 when the settings are invalid or a target cannot be patched; TARGETS "
+            f"(comma-separated: {', '.join(_registry.NAMES)}) limits it to those"
+        ),
     )
     return status
 
