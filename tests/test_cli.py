@@ -91,12 +91,13 @@ def test_status_check_fails_where_nothing_can_be_patched():
     from cleanflush.cli import status
 
     row = {"name": "triton", "target": "triton", "state": "absent", "detail": "triton is not installed"}
-    data = {"programs_get": "CLEANFLUSH is unset", "disable_problem": None, "targets": [row]}
+    data = {"setting_problems": [], "targets": [row]}
     assert status.problems(data) == ["no benchmarker here can be patched (is torch or triton installed?)"]
     assert status.problems({**data, "targets": [{**row, "state": "pending"}]}) == []
     assert status.problems(data, ["triton"]) == ["triton: absent: triton is not installed"]
-    unknown = "CLEANFLUSH_DISABLE names unknown targets x (ignored)"
-    patched = {**data, "disable_problem": unknown, "targets": [{**row, "state": "patched"}]}
+    unknown = "CLEANFLUSH_DISABLE names unknown targets x (ignored); valid targets: " + ", ".join(_registry.NAMES)
+    assert status.setting_problems({"CLEANFLUSH_DISABLE": "x"}) == [unknown]
+    patched = {**data, "setting_problems": [unknown], "targets": [{**row, "state": "patched"}]}
     assert status.problems(patched) == [unknown]  # in its own words
 
 
@@ -535,10 +536,13 @@ def test_status_says_each_pick_rule_and_check_fails_on_an_invalid_one():
         assert invalid.startswith("INVALID: CLEANFLUSH_PICK_"), invalid
     bad = status.pick_rule_says("fastes")
     assert bad.startswith("INVALID: ") and "stable" in bad
+    every = status.pick_rule_says("fastes", "half", "soon")  # the row names each invalid one
+    assert [p.split("=")[0] for p in every.removeprefix("INVALID: ").split(" | ")] == list(status.PICK_SETTINGS)
     row = {"name": "triton", "target": "triton", "state": "patched", "detail": ""}
-    data = {"programs_get": "CLEANFLUSH is unset", "pick_rule": bad, "disable_problem": None, "targets": [row]}
-    assert status.problems(data) == [bad]
-    assert status.problems({**data, "pick_rule": status.pick_rule_says("stable")}) == []  # the control
+    found = status.setting_problems({"CLEANFLUSH_PICK": "fastes"})
+    data = {"setting_problems": found, "targets": [row]}
+    assert status.problems(data) == [bad.removeprefix("INVALID: ")]
+    assert status.setting_problems({"CLEANFLUSH_PICK": "stable"}) == []  # the control
 
 
 def test_run_takes_its_command_with_or_without_the_double_dash():
