@@ -467,7 +467,22 @@ def test_options_reach_the_measurement(monkeypatch):
     main(["verify", "--shape", "6144,4096", "--dtype", "float16", "--device", "1", "--rounds", "3", "--controls"])
     o = seen["options"]
     assert (o.n, o.k, o.dtype, o.device, o.rounds, o.ncu, o.controls) == (6144, 4096, "float16", 1, 3, False, True)
-    assert verify_measure.candidates(o) == ["write-read", "read", *CONTROLS]
+    assert verify_measure.candidates(o)[-len(CONTROLS) :] == list(CONTROLS)  # the controls asked for
+
+
+def test_verify_times_every_policy_that_reads_then_the_controls(monkeypatch):
+    """The candidates come from the policy records: a new policy that reads is timed, one that
+    does not is not, whatever their names."""
+    from cleanflush import _policies
+
+    options = verify_measure.Options(n=8, k=8, dtype="bfloat16", device=0, rounds=1, ncu=False, controls=True)
+
+    def record(name, reads):
+        return _policies.Policy(name, writes=True, reads=reads, shrinks_owned_write=False, summary="")
+
+    records = [record("b-reads", True), record("a-writes", False), record("c-reads", True), record("d-writes", False)]
+    monkeypatch.setattr(_policies, "BY_NAME", {p.name: p for p in records})
+    assert verify_measure.candidates(options) == ["b-reads", "c-reads", *CONTROLS]  # in the records' order
 
 
 def test_without_a_gpu_exit_3_with_one_line_and_no_traceback():
