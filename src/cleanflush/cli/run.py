@@ -30,9 +30,10 @@ pick_name = checked(_pick.PICK)
 
 def target_names(text: str) -> frozenset[str]:
     disabled = _env.parse_disabled(text, _registry.NAMES)
-    problem = disabled.problem(_registry.NAMES, "--disable")
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
+    if disabled.unknown:  # argparse names the option before this
+        raise argparse.ArgumentTypeError(
+            f"unknown targets {', '.join(disabled.unknown)}; valid targets: {', '.join(_registry.NAMES)}"
+        )
     return disabled.names
 
 
