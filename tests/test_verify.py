@@ -442,10 +442,23 @@ def test_a_shape_in_neither_form_is_refused(text):
     ],
 )
 def test_each_gemm_is_labelled_in_the_progress_when_there_is_more_than_the_one(args, labelled, monkeypatch, capsys):
-    monkeypatch.setattr(verify_measure, "measure", lambda options, progress: record())
+    def measured(options, progress):
+        progress("checking the machine")  # as the real one does, once it can run
+        return record()
+
+    monkeypatch.setattr(verify_measure, "measure", measured)
     main(["verify", *args])
     err = capsys.readouterr().err
     assert [line.split("] ", 1)[1] for line in err.splitlines() if "] cuda:" in line] == labelled
+
+
+def test_a_gemm_that_cannot_run_is_not_labelled_first(monkeypatch, capsys):
+    def cannot(options, progress):
+        raise verify_measure.CannotRun(f"no CUDA device {options.device}")
+
+    monkeypatch.setattr(verify_measure, "measure", cannot)
+    assert main(["verify", "--device", "1"]) == EXIT_CANNOT_RUN
+    assert capsys.readouterr().err == "cleanflush verify: cannot run here: no CUDA device 1\n"
 
 
 def test_the_elapsed_time_is_in_tenths_of_a_second(monkeypatch, capsys):
