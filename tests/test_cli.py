@@ -104,7 +104,11 @@ def test_status_check_fails_where_nothing_can_be_patched():
 def test_json_means_the_same_in_every_command(tmp_path):
     to_stdout = cli(["status", "--json"])
     assert json.loads(to_stdout.stdout)["cleanflush"]
-    assert "environment" in to_stdout.stderr  # the text went to stderr
+    assert to_stdout.stderr == ""  # the record says all the table does: it is not repeated on stderr
+    checked = cli(["status", "--json", "--check"], {"CLEANFLUSH_PICK_FLOOR": "half"})
+    assert checked.returncode == 1 and json.loads(checked.stdout)["problems"]
+    assert checked.stderr.startswith("check: FAIL\n  - CLEANFLUSH_PICK_FLOOR='half'")  # the check's verdict alone
+    assert checked.stderr.count("\n") == 2
     path = tmp_path / "status.json"
     to_file = cli(["status", "--json", str(path)])
     assert "environment" in to_file.stdout and json.loads(path.read_text())["schema"] == 2

@@ -296,10 +296,10 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     wanted = _wanted(args.check, parser)
     data = collect(progress=sys.stderr.isatty())
     data["problems"] = problems(data, wanted)
-    text = format_text(data)
+    verdict = ""
     if args.check:
-        text += "\n\n" + (
-            "check: FAIL\n" + "\n".join(f"  - {p}" for p in data["problems"]) if data["problems"] else "check: OK"
-        )
+        verdict = "check: FAIL\n" + "\n".join(f"  - {p}" for p in data["problems"]) if data["problems"] else "check: OK"
+    # with the record on stdout, the table it holds is not repeated on stderr: the check's verdict alone
+    text = verdict if args.json == "-" else "\n\n".join(part for part in (format_text(data), verdict) if part)
     emit(data, text, args.json)
     return EXIT_FAIL if args.check and data["problems"] else EXIT_OK
