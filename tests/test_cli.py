@@ -595,3 +595,16 @@ def test_every_help_survives_any_name(monkeypatch):
     assert parser.format_help()
     assert shown["run"].count(odd) == 3  # --policy, --pick, --disable
     assert odd in shown["status"]  # --check's targets
+
+
+def test_the_top_level_help_names_every_exit_code_a_command_has():
+    import re
+
+    from cleanflush.cli import build_parser
+
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    codes = {int(c) for command in commands.choices.values() for c in re.findall(r"\b\d{1,3}\b", command.epilog)}
+    top = " ".join(parser.format_help().split())
+    named = {int(c) for c in re.findall(r"\b\d{1,3}\b", top.split("exit codes:", 1)[1])}
+    assert codes >= {0, 1, 2, 3, 126, 127, 129, 130, 143} and codes <= named, codes - named

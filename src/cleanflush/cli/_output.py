@@ -14,7 +14,10 @@ from typing import IO, Any
 
 # for every command
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
-EXIT_CODES = "exit codes: 0 success, 1 check failed, 2 usage error, 3 cannot run here"
+EXIT_CODES = (
+    "exit codes: 0 success, 1 check failed, 2 usage error, 3 cannot run here, 130 interrupted; run: the "
+    "command's own, 126 it cannot be run, 127 it is not found; ab: 143 terminated, 129 hung up"
+)
 
 
 def help_text(text: str) -> str:
