@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,10 @@ SHAPES = ("4096x4096", "6144x4096", "4096x14336", "28672x4096", "128256x4096")
 def _record(study: str, folder: Path) -> dict[str, Any]:
     path = folder / f"{study}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: the quoted numbers come from it (python -m benchmarks {study})")
+        raise FileNotFoundError(
+            f"{path} is missing: the quoted numbers come from it (python -m benchmarks {study}; the sdist leaves "
+            "the study data out, a checkout has it)"
+        )
     data: dict[str, Any] = json.loads(path.read_text())
     return data
 
@@ -454,16 +458,31 @@ def render_page(text: str, folder: Path = H200) -> str:
 
 
 def main(check: bool = False, root: Path = ROOT) -> int:
+    """Rewrite (or, with ``check``, compare) every page's quoted blocks; one line says what it found."""
     stale = []
-    for page in PAGES:
-        path = root / page
-        text = path.read_text()
-        fresh = render_page(text, folder_of(page))
-        if fresh != text:
-            stale.append(page)
-            if not check:
-                path.write_text(fresh)
+    try:
+        for page in PAGES:
+            path = root / page
+            text = _page(path)
+            fresh = render_page(text, folder_of(page))
+            if fresh != text:
+                stale.append(page)
+                if not check:
+                    path.write_text(fresh)
+    except FileNotFoundError as exc:  # a copy without the study data (the sdist): one line, not a traceback
+        print(f"python -m benchmarks quoted: {exc}", file=sys.stderr)
+        return 1
     if check and stale:
         print(f"quoted numbers differ from the records in: {', '.join(stale)} (python -m benchmarks quoted)")
         return 1
+    if stale:
+        print(f"rewrote the quoted numbers in: {', '.join(stale)}")
+    else:
+        print(f"quoted numbers agree with the records in all {len(PAGES)} pages")
     return 0
+
+
+def _page(path: Path) -> str:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing (the sdist leaves the study data out; a checkout has it)")
+    return path.read_text()

@@ -197,6 +197,26 @@ def test_plot_without_study_data_says_what_is_missing_in_one_line(tmp_path):
     assert out.stderr.count("\n") == 1 and "no results folder" in out.stderr and "sdist" in out.stderr
 
 
+def test_quoted_without_study_data_says_what_is_missing_in_one_line(tmp_path):
+    copy = _copy_of_benchmarks(tmp_path, with_results=False)
+    for page in quoted.PAGES:  # the pages it reads, as in the sdist (the results READMEs are gone)
+        if not page.startswith("benchmarks/results/"):
+            (copy / page).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / page, copy / page)
+    for args in (("quoted", "--check"), ("quoted",)):
+        out = _benchmarks(copy, *args)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.count("\n") == 1 and "is missing" in out.stderr and "sdist" in out.stderr
+        assert out.stdout == ""
+
+
+def test_quoted_says_what_it_found():
+    _h200_or_skip()
+    out = _benchmarks(ROOT, "quoted", "--check")
+    assert out.returncode == 0 and out.stderr == ""
+    assert out.stdout == f"quoted numbers agree with the records in all {len(quoted.PAGES)} pages\n"
+
+
 def test_plot_names_a_folder_that_is_not_there():
     missing = _benchmarks(ROOT, "plot", "--out", "no/such/folder")
     assert missing.returncode == 2 and "is not a folder" in missing.stderr

@@ -91,19 +91,24 @@ def test_status_check_fails_where_nothing_can_be_patched():
     from cleanflush.cli import status
 
     row = {"name": "triton", "target": "triton", "state": "absent", "detail": "triton is not installed"}
-    data = {"programs_get": "CLEANFLUSH is unset", "disable_problem": None, "targets": [row]}
+    data = {"setting_problems": [], "targets": [row]}
     assert status.problems(data) == ["no benchmarker here can be patched (is torch or triton installed?)"]
     assert status.problems({**data, "targets": [{**row, "state": "pending"}]}) == []
     assert status.problems(data, ["triton"]) == ["triton: absent: triton is not installed"]
-    unknown = "CLEANFLUSH_DISABLE names unknown targets x (ignored)"
-    patched = {**data, "disable_problem": unknown, "targets": [{**row, "state": "patched"}]}
+    unknown = "CLEANFLUSH_DISABLE names unknown targets x (ignored); valid targets: " + ", ".join(_registry.NAMES)
+    assert status.setting_problems({"CLEANFLUSH_DISABLE": "x"}) == [unknown]
+    patched = {**data, "setting_problems": [unknown], "targets": [{**row, "state": "patched"}]}
     assert status.problems(patched) == [unknown]  # in its own words
 
 
 def test_json_means_the_same_in_every_command(tmp_path):
     to_stdout = cli(["status", "--json"])
     assert json.loads(to_stdout.stdout)["cleanflush"]
-    assert "environment" in to_stdout.stderr  # the text went to stderr
+    assert to_stdout.stderr == ""  # the record says all the table does: it is not repeated on stderr
+    checked = cli(["status", "--json", "--check"], {"CLEANFLUSH_PICK_FLOOR": "half"})
+    assert checked.returncode == 1 and json.loads(checked.stdout)["problems"]
+    assert checked.stderr.startswith("check: FAIL\n  - CLEANFLUSH_PICK_FLOOR='half'")  # the check's verdict alone
+    assert checked.stderr.count("\n") == 2
     path = tmp_path / "status.json"
     to_file = cli(["status", "--json", str(path)])
     assert "environment" in to_file.stdout and json.loads(path.read_text())["schema"] == 2
@@ -154,8 +159,7 @@ def test_run_keeps_the_environment_and_says_each_refusal_in_one_line(tmp_path):
     bogus = cli(["run", "--disable", "bogus,inductor", "--", sys.executable, "-c", "pass"])
     assert bogus.returncode == 2
     assert bogus.stderr.splitlines()[-1] == (
-        "cleanflush run: error: argument --disable: --disable names unknown targets bogus; valid targets: "
-        + ", ".join(_registry.NAMES)
+        "cleanflush run: error: argument --disable: unknown targets bogus; valid targets: " + ", ".join(_registry.NAMES)
     )
     folder = cli(["run", "--report", str(tmp_path), "--", sys.executable, "-c", "pass"])
     assert (folder.returncode, folder.stdout) == (2, "")
@@ -535,10 +539,13 @@ def test_status_says_each_pick_rule_and_check_fails_on_an_invalid_one():
         assert invalid.startswith("INVALID: CLEANFLUSH_PICK_"), invalid
     bad = status.pick_rule_says("fastes")
     assert bad.startswith("INVALID: ") and "stable" in bad
+    every = status.pick_rule_says("fastes", "half", "soon")  # the row names each invalid one
+    assert [p.split("=")[0] for p in every.removeprefix("INVALID: ").split(" | ")] == list(status.PICK_SETTINGS)
     row = {"name": "triton", "target": "triton", "state": "patched", "detail": ""}
-    data = {"programs_get": "CLEANFLUSH is unset", "pick_rule": bad, "disable_problem": None, "targets": [row]}
-    assert status.problems(data) == [bad]
-    assert status.problems({**data, "pick_rule": status.pick_rule_says("stable")}) == []  # the control
+    found = status.setting_problems({"CLEANFLUSH_PICK": "fastes"})
+    data = {"setting_problems": found, "targets": [row]}
+    assert status.problems(data) == [bad.removeprefix("INVALID: ")]
+    assert status.setting_problems({"CLEANFLUSH_PICK": "stable"}) == []  # the control
 
 
 def test_run_takes_its_command_with_or_without_the_double_dash():
@@ -570,3 +577,34 @@ def test_a_whole_file_is_written_beside_its_place_then_renamed(tmp_path, monkeyp
     monkeypatch.setattr(os, "replace", lambda a, b: moved.append(os.path.dirname(a)) or real_replace(a, b))
     _output.write_whole(str(tmp_path / "record.json"), "{}")
     assert moved == [str(tmp_path)] and (tmp_path / "record.json").read_text() == "{}"
+
+
+def test_every_help_survives_any_name(monkeypatch):
+    """Help strings built from names: argparse %-formats help, so a name with % in it would
+    crash --help unless it is escaped; every command's help shows the name as it is."""
+    from cleanflush import _pick, _policies
+    from cleanflush.cli import build_parser
+
+    odd = "within-2%"
+    monkeypatch.setattr(_policies, "POLICIES", (*_policies.POLICIES, odd))
+    monkeypatch.setattr(_pick, "PICKS", (*_pick.PICKS, odd))
+    monkeypatch.setattr(_registry, "NAMES", (*_registry.NAMES, odd))
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    shown = {name: " ".join(command.format_help().split()) for name, command in commands.choices.items()}
+    assert parser.format_help()
+    assert shown["run"].count(odd) == 3  # --policy, --pick, --disable
+    assert odd in shown["status"]  # --check's targets
+
+
+def test_the_top_level_help_names_every_exit_code_a_command_has():
+    import re
+
+    from cleanflush.cli import build_parser
+
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    codes = {int(c) for command in commands.choices.values() for c in re.findall(r"\b\d{1,3}\b", command.epilog)}
+    top = " ".join(parser.format_help().split())
+    named = {int(c) for c in re.findall(r"\b\d{1,3}\b", top.split("exit codes:", 1)[1])}
+    assert codes >= {0, 1, 2, 3, 126, 127, 129, 130, 143} and codes <= named, codes - named

@@ -124,7 +124,8 @@ def test_every_target_of_the_registry_has_a_contract():
     assert set(SPECS) == set(_registry.NAMES)
 
 
-TARGETS = [pytest.param(name, marks=SPECS[name].marks) for name in _registry.NAMES]
+# a target without a spec fails the test above alone, not the collection of every contract test
+TARGETS = [pytest.param(name, marks=SPECS[name].marks) for name in _registry.NAMES if name in SPECS]
 
 PRELUDE = """
 import importlib, json, sys
@@ -288,3 +289,30 @@ def test_status_before_the_import(tmp_path, name):
     else:
         expected = ("absent", f"{target.distributions[0]} is not installed")  # stand-ins are not installed
     assert out["before"] == [[target.title, *expected]]
+
+
+FAKE_TARGET = """
+from cleanflush import _registry
+
+fake = _registry.Target("fastbench", "fastbench", ("fastbench",), ("fastbench",), "fastbench:apply", "fastbench:revert")
+_registry.TARGETS += (fake,)
+_registry.NAMES += (fake.name,)
+_registry.BY_NAME[fake.name] = fake
+"""
+
+
+def test_a_target_without_a_spec_fails_one_test_not_the_collection(pytester):
+    """A harness added to the registry before its spec: the test that every target has one
+    fails, and every other contract test still runs (none is made for the new target)."""
+    pytester.makepyfile(fake_target=FAKE_TARGET)
+    here = __file__
+    args = ("-p", "fake_target", "-p", "no:cacheprovider", here)
+    listed = pytester.runpytest_subprocess(*args, "--collect-only", "-q")
+    assert listed.ret == pytest.ExitCode.OK, listed.stdout.str()[-2000:]
+    collected = [line for line in listed.stdout.lines if "::" in line]
+    assert collected and not [line for line in collected if "fastbench" in line]
+    ran = pytester.runpytest_subprocess(*args, "-k", "every_target_of_the_registry_has_a_contract")
+    ran.assert_outcomes(failed=1)
+    ran.stdout.fnmatch_lines(["*fastbench*"])  # the failure names it
+    control = pytester.runpytest_subprocess("-p", "no:cacheprovider", here, "--collect-only", "-q")
+    assert len([line for line in control.stdout.lines if "::" in line]) == len(collected)

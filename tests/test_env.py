@@ -89,3 +89,21 @@ def test_patch_sets_list_what_they_patched():
     assert [(p.owner, p.name) for p in patches] == [(Owner, "a"), (Owner, "b")]
     patches.revert()
     assert list(patches) == []
+
+
+@pytest.mark.parametrize(
+    "value, ms",
+    [(None, 25.0), ("", 25.0), ("50", 50.0), (" 40ms ", 40.0), ("0.5", 0.5), ("FULL", None), ("1000", 1000.0)],
+)
+def test_the_time_again_is_taken_within_its_range(value, ms):
+    assert _env.parse_again_ms(value, 25.0) == ms
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1000.5", "1e308", "inf", "nan", "soon"])
+def test_a_time_again_outside_its_range_is_one_line_naming_the_range(value):
+    # 1e308 ms would have do_bench repeat a kernel for ever: a bound, said with the value
+    with pytest.raises(ValueError) as err:
+        _env.parse_again_ms(value, 25.0)
+    message = str(err.value)
+    assert repr(value) in message and "\n" not in message
+    assert f"over 0 up to {_env.AGAIN_MOST_MS:g} ms" in message and "full" in message

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import io
 import json
-import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -82,18 +83,66 @@ def test_the_cycle_finder_finds_one():
     assert cycle({"a": {"b"}, "b": set()}) is None
 
 
-BROAD = re.compile(r"except (Exception|BaseException)\b.*:")
+BROAD = frozenset({"Exception", "BaseException"})
 
 
-def unexplained_broad_excepts(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if BROAD.search(line) and "#" not in line]
+def _caught(handler: ast.ExceptHandler) -> set[str]:
+    """The class names an ``except`` clause names (a bare ``except:`` catches BaseException)."""
+    if handler.type is None:
+        return {"BaseException"}
+    named = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "") for n in named}
+
+
+def broad_excepts(text: str) -> list[tuple[int, bool]]:
+    """(line, whether it says why) for every ``except`` that catches Exception or BaseException,
+    alone, in a tuple, bare or through a module (``builtins.Exception``): read from the syntax
+    tree, so no formatting hides one.  The why is a comment on the clause's own lines, from
+    ``except`` to its colon."""
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    comments = {token.start[0] for token in tokens if token.type == tokenize.COMMENT}
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ExceptHandler) and _caught(node) & BROAD:
+            last = node.type.end_lineno if node.type is not None and node.type.end_lineno else node.lineno
+            found.append((node.lineno, any(line in comments for line in range(node.lineno, last + 1))))
+    return sorted(found)
+
+
+def unexplained_broad_excepts(text: str) -> list[int]:
+    return [line for line, why in broad_excepts(text) if not why]
 
 
 @reads_the_source
 def test_every_broad_except_says_why_on_its_line():
     found = {str(path.relative_to(SRC)): unexplained_broad_excepts(path.read_text()) for path in SRC.rglob("*.py")}
     assert {path: lines for path, lines in found.items() if lines} == {}
-    assert unexplained_broad_excepts("try:\n    x()\nexcept Exception:\n    pass\n") == ["except Exception:"]
+
+
+# the negative controls: each of these is a broad except, and none of them says why
+HIDDEN = {
+    "except Exception:": "try:\n    x()\nexcept Exception:\n    pass\n",
+    "a tuple": "try:\n    x()\nexcept (Exception, SystemExit) as exc:\n    pass\n",
+    "a tuple over lines": "try:\n    x()\nexcept (\n    ValueError,\n    BaseException,\n):\n    pass\n",
+    "bare": "try:\n    x()\nexcept:\n    pass\n",
+    "through a module": "try:\n    x()\nexcept builtins.Exception as exc:\n    pass\n",
+    "a why on the next line": "try:\n    x()\nexcept Exception:\n    pass  # not the clause's line\n",
+    "except*": "try:\n    x()\nexcept* BaseException:\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("text", HIDDEN.values(), ids=HIDDEN.keys())
+def test_the_broad_except_finder_sees_every_form(text):
+    assert len(broad_excepts(text)) == 1 and unexplained_broad_excepts(text)
+
+
+def test_the_broad_except_finder_takes_a_why_on_the_clause_and_leaves_narrow_ones():
+    assert broad_excepts("try:\n    x()\nexcept (\n    ValueError,\n    Exception,\n):  # why\n    pass\n") == [
+        (3, True)
+    ]
+    assert broad_excepts("try:\n    x()\nexcept Exception:  # why\n    pass\n") == [(3, True)]
+    narrow = "try:\n    x()\nexcept (ValueError, OSError):\n    pass\nexcept ExceptionGroup:\n    pass\n"
+    assert broad_excepts(narrow) == []
 
 
 @pytest.mark.parametrize("target", _registry.TARGETS, ids=_registry.NAMES)
@@ -118,7 +167,7 @@ def test_patch_modules_and_the_package_load_without_torch_or_triton():
 
 
 MAX_LINES = 50  # a function a reader takes in at once; longer ones are steps with names
-MAX_BROAD = 21  # broad excepts, each the only way to keep a user's benchmark or a tool's report alive
+MAX_BROAD = 20  # broad excepts, each the only way to keep a user's benchmark or a tool's report alive
 
 
 def long_functions(text: str, limit: int = MAX_LINES) -> list[str]:
@@ -139,6 +188,5 @@ def test_no_function_is_longer_than_fifty_lines():
 
 @reads_the_source
 def test_broad_excepts_are_few():
-    count = sum(len(BROAD.findall(path.read_text())) for path in SRC.rglob("*.py"))
-    assert 0 < count <= MAX_BROAD
-    assert len(BROAD.findall("try:\n    x()\nexcept Exception:  # why\n    pass\n")) == 1
+    count = sum(len(broad_excepts(path.read_text())) for path in SRC.rglob("*.py"))
+    assert 0 < count <= MAX_BROAD, count

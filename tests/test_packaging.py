@@ -3,6 +3,7 @@
 import importlib.util
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -58,3 +59,26 @@ def test_the_version_is_written_once_in_pyproject_and_is_the_newest_release():
     assert not re.search(r"__version__\s*=", (ROOT / "src/cleanflush/__init__.py").read_text())
     out = subprocess.run([sys.executable, "-m", "cleanflush", "-V"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["cleanflush", declared[1]]
+
+
+def test_the_sdist_ships_the_package_its_tests_and_docs_but_no_repository_plumbing(tmp_path):
+    if importlib.util.find_spec("build") is None:
+        import pytest
+
+        pytest.skip("needs the build frontend (pip install build)")
+    isolation = ["--no-isolation"] if importlib.util.find_spec("hatchling") else []
+    out = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", *isolation, "-o", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    [sdist] = tmp_path.glob("cleanflush-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    assert {"src/cleanflush/__init__.py", "tests/conftest.py", "docs/cli.md", "benchmarks/startup.py"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE"} <= names
+    # (.gitignore goes along whatever pyproject says: hatchling force-includes it)
+    plumbing = [n for n in names if n.startswith((".ci/", "tests/mutation/", "benchmarks/results/"))]
+    assert plumbing == []

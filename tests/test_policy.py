@@ -37,6 +37,16 @@ def test_default_is_the_specified_write_then_read_everywhere():
     assert child.stdout.strip() == "write-read", child.stderr
 
 
+def test_there_are_three_policies_each_a_record():
+    # pinned on purpose: a new policy is a record in _policies plus the pages that list them
+    # (README, docs/policies.md, docs/environment.md, docs/cli.md); change this number with them
+    from cleanflush import _policies
+
+    assert len(cleanflush.POLICIES) == 3
+    assert tuple(_policies.BY_NAME) == cleanflush.POLICIES and cleanflush.POLICIES[0] == cleanflush.DEFAULT_POLICY
+    assert all(isinstance(p, _policies.Policy) and p.name == n for n, p in _policies.BY_NAME.items())
+
+
 def test_unknown_policy_raises_with_valid_names():
     with pytest.raises(ValueError, match=r"'zero'.*write-read, read, write"):
         cleanflush.policy("zero")

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import cleanflush
 from cleanflush import pytest_plugin
 
 from .triton_layout import needs_driver_clear_cache
@@ -148,10 +149,10 @@ def test_the_test_marker_over_the_module_marker(cleanflush_policy):
 
 def test_the_option_and_the_marker_are_in_pytests_help(pytester):
     found = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "--help")
-    found.stdout.fnmatch_lines(  # pytest wraps the help at the terminal's width
-        ["*--cleanflush=POLICY*default cleanflush policy for this run: write-read,", "*read, write"]
-    )
-    found.stdout.fnmatch_lines(["*--cleanflush-pick=RULE*", "*how autotuners pick among near-ties in this run:*"])
+    shown = " ".join(found.stdout.str().split())  # pytest wraps the help at the terminal's width
+    policies, rules = ", ".join(cleanflush.POLICIES), ", ".join(cleanflush.PICKS)
+    assert f"--cleanflush=POLICY default cleanflush policy for this run: {policies}" in shown
+    assert f"--cleanflush-pick=RULE how autotuners pick among near-ties in this run: {rules}" in shown
     found = pytester.runpytest_subprocess("-p", "cleanflush.pytest_plugin", "--markers")
     found.stdout.fnmatch_lines(["@pytest.mark.cleanflush(policy): run this test under that cleanflush flush policy"])
 
@@ -183,3 +184,69 @@ print("RESULT", json.dumps([first, second, after_first == before, after_second =
     [result] = [line for line in out.stdout.splitlines() if line.startswith("RESULT")]
     assert json.loads(result[len("RESULT ") :]) == [0, 0, True, True, "write-read"]
     assert seen == ["read", "write-read"]
+
+
+@pytest.mark.parametrize(
+    ("start", "before_pytest"),
+    [
+        ({}, ""),  # pytest.main in a process that never imported cleanflush: the plugin's load imports it
+        ({}, "import torch"),  # torch first, cleanflush still only the plugin's
+        ({"CLEANFLUSH": "1"}, ""),  # asked for at start-up: the plugin's load is its autoload
+        ({"CLEANFLUSH_PICK": "stable"}, ""),
+        ({}, "import cleanflush"),  # the process's own import: installed before the run
+        ({"CLEANFLUSH": "0"}, ""),
+    ],
+)
+def test_the_environment_after_a_run_is_as_before_it(tmp_path, start, before_pytest):
+    """A run puts back every variable it found.  A run whose loading imported cleanflush
+    uninstalls it at its end, unless the process asked for it at start-up (CLEANFLUSH or
+    CLEANFLUSH_PICK set: it would be installed at the first import of torch, and the start-up
+    hook has woken already); one that found cleanflush installed leaves it installed."""
+    (tmp_path / "test_seen.py").write_text(
+        "import cleanflush\n\ndef test_seen():\n"
+        "    print('SEEN', cleanflush.current_policy(), cleanflush.current_pick())\n"
+    )
+    script = f"""
+import json, os, sys, pytest
+{before_pytest}
+def state():
+    installed = "cleanflush" in sys.modules and sys.modules["cleanflush"].is_installed()
+    # the outer run's PYTEST_CURRENT_TEST is the inner run's to set and clear
+    return [{{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}}, installed]
+args = ["-q", "-s", "-p", "no:cacheprovider", "-p", "cleanflush.pytest_plugin", {str(tmp_path / "test_seen.py")!r}]
+before = state()
+first = pytest.main(["--cleanflush=read", "--cleanflush-pick=stable", *args])
+after_first = state()
+second = pytest.main(args)
+after_second = state()
+print("RESULT", json.dumps([first, second, after_first[0] == before[0], after_second[0] == before[0],
+                           before[1], after_first[1], after_second[1]]))
+"""
+    from .conftest import run_python
+
+    out = run_python(script, start)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [result] = [line for line in out.stdout.splitlines() if line.startswith("RESULT")]
+    found = json.loads(result[len("RESULT ") :])
+    first, second, *as_before, installed_before, installed_after, installed_at_end = found
+    assert (first, second) == (0, 0)
+    assert as_before == [True, True], out.stdout
+    assert installed_before == (before_pytest == "import cleanflush")
+    asked_at_start = start.get("CLEANFLUSH", "1") != "0" and bool(start)
+    assert installed_after == installed_at_end == (installed_before or asked_at_start)
+    seen = [line.split()[1:] for line in out.stdout.splitlines() if line.startswith("SEEN")]
+    off = start.get("CLEANFLUSH") == "0"
+    rule = start.get("CLEANFLUSH_PICK", "fastest")  # the second run's, from the environment
+    assert seen == ([["write", "fastest"]] * 2 if off else [["read", "stable"], ["write-read", rule]])
+
+
+def test_the_help_survives_any_name(pytester, monkeypatch):
+    """pytest %-formats option help as argparse does: a name with % in it is escaped."""
+    from cleanflush import _pick, _policy
+
+    odd = "within-2%"
+    monkeypatch.setattr(_policy, "POLICIES", (*_policy.POLICIES, odd))
+    monkeypatch.setattr(_pick, "PICKS", (*_pick.PICKS, odd))
+    found = pytester.runpytest_inprocess("-p", "cleanflush.pytest_plugin", "--help")
+    assert found.ret == 0, found.stderr.str()
+    assert " ".join(found.stdout.str().split()).count(odd) == 2

@@ -245,3 +245,72 @@ def test_collect_says_nothing_unasked_and_works_uninstalled_without_the_variable
     data = collect()
     assert capsys.readouterr().err == ""
     assert data["policy"] == "read" and cleanflush.is_installed()
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        {"CLEANFLUSH_PICK": "stable"},  # the rule alone turns cleanflush on at start-up
+        {"CLEANFLUSH_PICK": "stabel"},  # misspelt, it still does (the rule is then fastest)
+        {"CLEANFLUSH_PICK": " "},  # blank: not set
+        {"CLEANFLUSH": "0", "CLEANFLUSH_PICK": "stable"},
+        {"CLEANFLUSH": "read", "CLEANFLUSH_PICK": "stable"},
+        {"CLEANFLUSH": "fast", "CLEANFLUSH_PICK": "stable"},  # an invalid switch keeps the stock flush
+    ],
+)
+def test_the_environment_row_says_what_a_program_started_with_it_gets(start):
+    """Status's claim against a real program started with the same variables (it imports torch
+    and asks cleanflush, if it came, what it got), not against status's own reading of them."""
+    from cleanflush.cli.status import programs_get
+
+    child = run_python(  # a program that does not import cleanflush itself: what the start-up hook gives it
+        """
+        import sys, torch
+        cleanflush = sys.modules.get("cleanflush")
+        print(cleanflush is not None and cleanflush.is_installed(), cleanflush and cleanflush.current_policy())
+        """,
+        start,
+    )
+    installed, flushes_with = child.stdout.split()
+    policy, says = programs_get(start.get("CLEANFLUSH"), start.get("CLEANFLUSH_PICK"))
+    assert policy == (flushes_with if installed == "True" else None), says
+    if policy is not None:
+        assert f"flushes with {policy} from its first import of torch or triton" in says
+    if "CLEANFLUSH" not in start and policy is not None:
+        assert f"CLEANFLUSH_PICK={start['CLEANFLUSH_PICK']} turns cleanflush on" in says
+    assert "stock flush unless they import" not in says or installed == "False"
+
+
+@pytest.mark.parametrize("switch", ["0", "off", "fast"])
+def test_a_pick_rule_under_cleanflush_off_is_said_to_do_nothing(monkeypatch, switch):
+    from cleanflush import _env
+    from cleanflush.cli.status import collect
+
+    monkeypatch.setitem(_env.AT_START, "CLEANFLUSH", switch)
+    monkeypatch.setitem(_env.AT_START, "CLEANFLUSH_PICK", "stable")
+    data = collect()
+    assert data["policy"] is None
+    assert "band" not in data["pick_rule"] and "keep their own pick" in data["pick_rule"], data["pick_rule"]
+    assert f"CLEANFLUSH={switch}" in data["pick_rule"]
+    monkeypatch.setitem(_env.AT_START, "CLEANFLUSH", "1")  # the control: on, the band applies
+    assert "within the band of the fastest" in collect()["pick_rule"]
+
+
+def test_check_names_every_invalid_setting(monkeypatch):
+    from cleanflush import _env
+    from cleanflush.cli.status import collect, problems
+
+    bad = {
+        "CLEANFLUSH": "fast",
+        "CLEANFLUSH_DISABLE": "tritn",
+        "CLEANFLUSH_PICK": "stabel",
+        "CLEANFLUSH_PICK_FLOOR": "half",
+        "CLEANFLUSH_PICK_AGAIN_MS": "soon",
+    }
+    for name, value in bad.items():
+        monkeypatch.setitem(_env.AT_START, name, value)
+    found = problems(collect())
+    for name, value in bad.items():
+        assert len([p for p in found if p.startswith(f"{name}=") or p.startswith(f"{name} ")]) == 1, (name, found)
+        assert any(repr(value) in p or value in p for p in found), value
+    assert len(found) == len(bad)

@@ -442,10 +442,23 @@ def test_a_shape_in_neither_form_is_refused(text):
     ],
 )
 def test_each_gemm_is_labelled_in_the_progress_when_there_is_more_than_the_one(args, labelled, monkeypatch, capsys):
-    monkeypatch.setattr(verify_measure, "measure", lambda options, progress: record())
+    def measured(options, progress):
+        progress("checking the machine")  # as the real one does, once it can run
+        return record()
+
+    monkeypatch.setattr(verify_measure, "measure", measured)
     main(["verify", *args])
     err = capsys.readouterr().err
     assert [line.split("] ", 1)[1] for line in err.splitlines() if "] cuda:" in line] == labelled
+
+
+def test_a_gemm_that_cannot_run_is_not_labelled_first(monkeypatch, capsys):
+    def cannot(options, progress):
+        raise verify_measure.CannotRun(f"no CUDA device {options.device}")
+
+    monkeypatch.setattr(verify_measure, "measure", cannot)
+    assert main(["verify", "--device", "1"]) == EXIT_CANNOT_RUN
+    assert capsys.readouterr().err == "cleanflush verify: cannot run here: no CUDA device 1\n"
 
 
 def test_the_elapsed_time_is_in_tenths_of_a_second(monkeypatch, capsys):
@@ -467,7 +480,22 @@ def test_options_reach_the_measurement(monkeypatch):
     main(["verify", "--shape", "6144,4096", "--dtype", "float16", "--device", "1", "--rounds", "3", "--controls"])
     o = seen["options"]
     assert (o.n, o.k, o.dtype, o.device, o.rounds, o.ncu, o.controls) == (6144, 4096, "float16", 1, 3, False, True)
-    assert verify_measure.candidates(o) == ["write-read", "read", *CONTROLS]
+    assert verify_measure.candidates(o)[-len(CONTROLS) :] == list(CONTROLS)  # the controls asked for
+
+
+def test_verify_times_every_policy_that_reads_then_the_controls(monkeypatch):
+    """The candidates come from the policy records: a new policy that reads is timed, one that
+    does not is not, whatever their names."""
+    from cleanflush import _policies
+
+    options = verify_measure.Options(n=8, k=8, dtype="bfloat16", device=0, rounds=1, ncu=False, controls=True)
+
+    def record(name, reads):
+        return _policies.Policy(name, writes=True, reads=reads, shrinks_owned_write=False, summary="")
+
+    records = [record("b-reads", True), record("a-writes", False), record("c-reads", True), record("d-writes", False)]
+    monkeypatch.setattr(_policies, "BY_NAME", {p.name: p for p in records})
+    assert verify_measure.candidates(options) == ["b-reads", "c-reads", *CONTROLS]  # in the records' order
 
 
 def test_without_a_gpu_exit_3_with_one_line_and_no_traceback():

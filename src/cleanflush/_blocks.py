@@ -113,18 +113,20 @@ class Block:
     def __enter__(self) -> str:
         choice = self.choice
         entry = _Entry(self, self.name)
+        opened = False
         try:
             choice.blocks.set(choice.blocks.get() + (entry,))
             with choice.lock:
                 choice.open_blocks.append(entry)
                 if choice.exporting:
                     choice.write_env()
-        except BaseException:  # the block did not open (a RecursionError at the limit): nothing of it stays
-            entry.open = False
-            with choice.lock:
-                if entry in choice.open_blocks:
-                    choice.open_blocks.remove(entry)
-            raise
+            opened = True
+        finally:
+            if not opened:  # the block did not open (a RecursionError at the limit): nothing of it stays
+                entry.open = False
+                with choice.lock:
+                    if entry in choice.open_blocks:
+                        choice.open_blocks.remove(entry)
         return self.name
 
     def __exit__(

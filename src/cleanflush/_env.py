@@ -173,17 +173,27 @@ def parse_floor(value: str | None, default: float) -> float:
     return found / 100
 
 
+# The longest timing again: ten times do_bench's own 100 ms, so at most 8 s of tuning a
+# decision (_pick.MOST_TIMED_AGAIN configs, ROUNDS - 1 rounds); beyond it a value is a slip
+# (1e308 would have do_bench repeat a kernel for ever).
+AGAIN_MOST_MS = 1000.0
+
+
 def parse_again_ms(value: str | None, default: float) -> float | None:
     """The ms a ``CLEANFLUSH_PICK_AGAIN_MS`` value gives (unset or empty: ``default``;
-    ``full``: None, the autotuner's own length); a ValueError for anything else but a time over 0."""
+    ``full``: None, the autotuner's own length); a ValueError for anything else but a time
+    over 0 up to ``AGAIN_MOST_MS``."""
     text = _text(value).removesuffix("ms").strip()
     if not text:
         return default
     if text == AGAIN_FULL:
         return None
     found = _number(text)
-    if not 0 < found < float("inf"):
-        raise ValueError(f"{PICK_AGAIN_VAR}={value!r} is not a time in ms over 0 (e.g. 25) or {AGAIN_FULL}")
+    if not 0 < found <= AGAIN_MOST_MS:
+        raise ValueError(
+            f"{PICK_AGAIN_VAR}={value!r} is not a time in ms over 0 (e.g. 25) or {AGAIN_FULL} "
+            f"(valid times: over 0 up to {AGAIN_MOST_MS:g} ms)"
+        )
     return found
 
 

@@ -86,18 +86,24 @@ def apply(target: Target) -> None:
             resolve(target.revert)()
         _set(target, [Site(target.title, "disabled", f"disabled by {_env.DISABLE_VAR}; stock flush kept")])
         return
-    try:
-        sites: list[Site] = resolve(target.apply)()
-    except Exception as exc:  # a layout we could not read: it must not break the user's import
-        reason = f"could not patch {target.name} ({exc!r}); its stock flush is kept"
-        try:
-            resolve(target.revert)()
-        except Exception as undo:  # the stock objects may not all be back: say that too
+    sites, failed = _guarded(target.apply)
+    if failed is not None:
+        reason = f"could not patch {target.name} ({failed!r}); its stock flush is kept"
+        _, undo = _guarded(target.revert)
+        if undo is not None:  # the stock objects may not all be back: say that too
             reason += f"; undoing it failed too ({undo!r})"
         _set(target, [Site(target.title, "failed", reason)])
         warn_once(f"apply:{target.name}", reason)
         return
     _set(target, sites)
+
+
+def _guarded(path: str) -> tuple[Any, Exception | None]:
+    """What a patch module's function returns, or the exception it raised instead."""
+    try:
+        return resolve(path)(), None
+    except Exception as exc:  # a layout we could not read, or not undo: it must not break the user's import
+        return None, exc
 
 
 def revert(target: Target) -> None:

@@ -16,13 +16,16 @@ stock.  Then, the innermost choice wins:
       @pytest.mark.parametrize("cleanflush_policy", ["write", "write-read"], indirect=True)
       def test_gemm(cleanflush_policy, benchmark): ...
 
-A bad policy name or marker is a usage error naming the valid ones.
+A bad policy name or marker is a usage error naming the valid ones.  A run leaves the
+process as it found it: the variables ``CLEANFLUSH`` and ``CLEANFLUSH_PICK``, the defaults,
+and, where the run is what installed cleanflush, not installed.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -30,6 +33,24 @@ import cleanflush
 
 from . import _env, _pick, _policy
 from ._blocks import Choice
+from ._state import STATE
+from ._targets import INSTALL
+
+
+def _imported_the_package() -> bool:
+    """Whether importing this plugin is what imported cleanflush (``pytest.main`` in a process
+    that had not): Python imports a package just before its submodule, so then every module
+    between the two in ``sys.modules`` (which keeps insertion order) is cleanflush's own or
+    the standard library's, which its import pulled in; any other means the process went on
+    after importing cleanflush itself (pytest's own plugins load before ours)."""
+    names = list(sys.modules)
+    between = names[names.index("cleanflush") + 1 : names.index(__name__)]
+    return all(n.startswith("cleanflush.") or n.partition(".")[0] in sys.stdlib_module_names for n in between)
+
+
+# cleanflush installed itself as this plugin was imported: the first run in the process
+# found it so, and ends as the process was before that import
+_INSTALLED_BY_LOADING = STATE.installed and _imported_the_package()
 
 FORMS = f"@pytest.mark.cleanflush(POLICY) with POLICY one of {', '.join(_policy.POLICIES)}"
 
@@ -46,35 +67,62 @@ def _checked(choice: Choice) -> Callable[[str], str]:
     return check
 
 
+def _help_text(text: str) -> str:
+    """``text`` as an option's help: pytest %-formats it as argparse does, so a ``%`` in a
+    name built into it is doubled."""
+    return text.replace("%", "%%")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--cleanflush",
         metavar="POLICY",
         type=_checked(_policy.POLICY),
         default=None,
-        help=f"default cleanflush policy for this run: {', '.join(_policy.POLICIES)}",
+        help=_help_text(f"default cleanflush policy for this run: {', '.join(_policy.POLICIES)}"),
     )
     parser.addoption(
         "--cleanflush-pick",
         metavar="RULE",
         type=_checked(_pick.PICK),
         default=None,
-        help=f"how autotuners pick among near-ties in this run: {', '.join(_pick.PICKS)}",
+        help=_help_text(f"how autotuners pick among near-ties in this run: {', '.join(_pick.PICKS)}"),
     )
 
 
-# what a run found, put back at its end: a second pytest.main in the process starts as the first did
-_BEFORE_RUN = pytest.StashKey[tuple[str, "str | None", str, "str | None"]]()
+class _BeforeRun(NamedTuple):
+    """What a run found, put back at its end: a second pytest.main in the process starts as
+    the first did, and the process goes on as it was."""
+
+    policy: str
+    policy_environ: str | None
+    rule: str
+    rule_environ: str | None
+    uninstall: bool  # the run installed cleanflush: its end uninstalls it
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "cleanflush(policy): run this test under that cleanflush flush policy")
-    config.stash[_BEFORE_RUN] = (
+_BEFORE_RUN = pytest.StashKey[_BeforeRun]()
+
+
+def _before_run() -> _BeforeRun:
+    global _INSTALLED_BY_LOADING
+    by_loading, _INSTALLED_BY_LOADING = _INSTALLED_BY_LOADING, False  # only the first run's
+    if by_loading:  # as before the import: what the install found, and installed only if asked at start-up
+        return _BeforeRun(
+            _policy.default(), INSTALL.env_before, _pick.PICK.default, INSTALL.pick_before, STATE.source == "import"
+        )
+    return _BeforeRun(
         _policy.default(),
         _env.value(_env.POLICY_VAR),
         _pick.PICK.default,
         _env.value(_env.PICK_VAR),
+        not STATE.installed,
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cleanflush(policy): run this test under that cleanflush flush policy")
+    config.stash[_BEFORE_RUN] = _before_run()
     installed = cleanflush.install(policy=config.getoption("cleanflush"))
     rule = config.getoption("cleanflush_pick")
     if rule is not None and installed:  # the run's rule, for its children too
@@ -85,11 +133,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _BEFORE_RUN not in config.stash:
         return
-    default, environ, rule, rule_environ = config.stash[_BEFORE_RUN]
-    _policy.set_default(default)
-    _policy.export(cleanflush.is_installed(), environ)
-    _pick.PICK.set_default(rule)
-    _pick.PICK.export(cleanflush.is_installed(), rule_environ)
+    before = config.stash[_BEFORE_RUN]
+    if before.uninstall:
+        cleanflush.uninstall()
+    _policy.set_default(before.policy)
+    _policy.export(cleanflush.is_installed(), before.policy_environ)
+    _pick.PICK.set_default(before.rule)
+    _pick.PICK.export(cleanflush.is_installed(), before.rule_environ)
 
 
 def _marked(item: pytest.Item) -> str | None:

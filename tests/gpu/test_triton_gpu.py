@@ -102,6 +102,7 @@ def test_do_bench_cudagraph_proton_runs_patched(gemm):
 
 
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="Nsight Compute (ncu) is not on PATH")
+@pytest.mark.limit_s(660)  # ncu's own timeout (600 s, _measure.ncu_metrics) comes first
 def test_timed_gemm_writes_almost_nothing_under_ncu():
     calls = 3
     flushes = ("stock", "write-read", "read")

@@ -73,9 +73,7 @@ def price_decision(decision: ToPrice, folder: str, read: Any, rounds: int, calls
         return result
     try:
         priced = price_one(os.path.join(folder, file), decision["candidates"], read, rounds, calls)
-    # a kernel that cannot be found, made again or launched, or whose module exits when
-    # imported: said for this decision, and the others go on
-    except (Exception, SystemExit) as exc:
+    except (Exception, SystemExit) as exc:  # a kernel that cannot be found, made, launched, or exits: said for it alone
         result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         return result
     result["prices"], result["rounds"] = priced["prices"], priced["rounds"]

@@ -1,7 +1,9 @@
 """Command line: ``cleanflush status``, ``run``, ``ab`` and ``verify``, one module each.
 
 Exit codes, for every command: 0 success, 1 the check failed (verify FAIL, ``status
---check`` found a problem, a run of ``ab`` failed), 2 usage error, 3 cannot run here.
+--check`` found a problem, a run of ``ab`` failed), 2 usage error, 3 cannot run here, 130
+interrupted; ``run`` exits with its command's own code (126: it cannot be run, 127: not
+found), ``ab`` with 143 or 129 where it was terminated or hung up.
 ``--json`` means the same everywhere: alone, the JSON record on stdout (and everything else
 on stderr); with a path, the record written there.  Paths are checked before any work.
 """

@@ -14,7 +14,16 @@ from typing import IO, Any
 
 # for every command
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
-EXIT_CODES = "exit codes: 0 success, 1 check failed, 2 usage error, 3 cannot run here"
+EXIT_CODES = (
+    "exit codes: 0 success, 1 check failed, 2 usage error, 3 cannot run here, 130 interrupted; run: the "
+    "command's own, 126 it cannot be run, 127 it is not found; ab: 143 terminated, 129 hung up"
+)
+
+
+def help_text(text: str) -> str:
+    """``text`` as an option's help: argparse %-formats help, so a ``%`` in a name built into
+    it (a policy, a pick rule, a target) is doubled."""
+    return text.replace("%", "%%")
 
 
 def json_option(command: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from .. import _env, _pick, _policies, _policy, _registry
 from .._blocks import Choice
-from ._output import EXIT_USAGE, output_problem
+from ._output import EXIT_USAGE, help_text, output_problem
 
 
 def checked(choice: Choice) -> Callable[[str], str]:
@@ -30,9 +30,10 @@ pick_name = checked(_pick.PICK)
 
 def target_names(text: str) -> frozenset[str]:
     disabled = _env.parse_disabled(text, _registry.NAMES)
-    problem = disabled.problem(_registry.NAMES, "--disable")
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
+    if disabled.unknown:  # argparse names the option before this
+        raise argparse.ArgumentTypeError(
+            f"unknown targets {', '.join(disabled.unknown)}; valid targets: {', '.join(_registry.NAMES)}"
+        )
     return disabled.names
 
 
@@ -58,14 +59,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--policy",
         type=policy_name,
         default=_policies.DEFAULT_POLICY,
-        help=f"{', '.join(_policies.POLICIES)} (default {_policies.DEFAULT_POLICY})",
+        help=help_text(f"{', '.join(_policies.POLICIES)} (default {_policies.DEFAULT_POLICY})"),
     )
     run.add_argument(
         "--pick",
         type=pick_name,
         metavar="RULE",
-        help=f"how autotuners pick among near-ties: {', '.join(_pick.PICKS)} ({_env.PICK_VAR}; default: the "
-        f"variable's value, else {_pick.DEFAULT_PICK})",
+        help=help_text(
+            f"how autotuners pick among near-ties: {', '.join(_pick.PICKS)} ({_env.PICK_VAR}; default: the "
+            f"variable's value, else {_pick.DEFAULT_PICK})"
+        ),
     )
     run.add_argument(
         "--report", metavar="FILE", help=f"each process that flushed appends a JSON line ({_env.REPORT_VAR})"
@@ -74,7 +77,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--disable",
         type=target_names,
         metavar="TARGETS",
-        help=f"comma-separated targets to keep stock: {', '.join(_registry.NAMES)} ({_env.DISABLE_VAR})",
+        help=help_text(f"comma-separated targets to keep stock: {', '.join(_registry.NAMES)} ({_env.DISABLE_VAR})"),
     )
     run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return run

@@ -16,13 +16,13 @@ import site
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import cleanflush
 
 from .. import _env, _pick, _policies, _registry, _targets
-from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, json_option, output_problem
+from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, help_text, json_option, output_problem
 
 SCHEMA = 2
 PROBLEMS = ("unsupported", "failed")
@@ -44,8 +44,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         nargs="?",
         const="all",
         metavar="TARGETS",
-        help="exit 1 when the settings are invalid or a target cannot be patched; TARGETS "
-        f"(comma-separated: {', '.join(_registry.NAMES)}) limits it to those",
+        help=help_text(
+            "exit 1 when the settings are invalid or a target cannot be patched; TARGETS "
+            f"(comma-separated: {', '.join(_registry.NAMES)}) limits it to those"
+        ),
     )
     return status
 
@@ -58,13 +60,20 @@ def _autoload_file() -> str | None:
     return None
 
 
-def programs_get(value: str | None) -> tuple[str | None, str]:
-    """(policy or None, what a program started with ``CLEANFLUSH=value`` gets)."""
+def programs_get(value: str | None, pick: str | None = None) -> tuple[str | None, str]:
+    """(policy or None, what a program started with ``CLEANFLUSH=value`` and
+    ``CLEANFLUSH_PICK=pick`` gets)."""
     try:
         chosen = _env.parse_policy(value)
     except ValueError as exc:
         return None, f"INVALID: {exc}; programs keep the stock flush"
-    if value is None or not value.strip():
+    unset = value is None or not value.strip()
+    if unset and (pick or "").strip():  # the start-up hook wakes for the rule alone (_cleanflush_boot.boot)
+        return chosen, (
+            f"{_env.POLICY_VAR} is unset, but {_env.PICK_VAR}={pick} turns cleanflush on: every Python program "
+            f"started here, and its children, flushes with {chosen} from its first import of torch or triton"
+        )
+    if unset:
         return None, (
             f"{_env.POLICY_VAR} is unset: programs keep the stock flush unless they import "
             f"cleanflush (then {_policies.DEFAULT_POLICY})"
@@ -80,20 +89,43 @@ def programs_get(value: str | None) -> tuple[str | None, str]:
 PICK_SETTINGS = (_env.PICK_VAR, _env.PICK_FLOOR_VAR, _env.PICK_AGAIN_VAR)
 
 
-def pick_rule_says(value: str | None, floor: str | None = None, again: str | None = None) -> str:
+def setting_problems(environment: Mapping[str, str | None]) -> list[str]:
+    """One line for each invalid setting in ``environment``, naming the variable and the valid values."""
+    found = []
+    try:
+        _env.parse_policy(environment.get(_env.POLICY_VAR))
+    except ValueError as exc:
+        found.append(f"{exc}; programs keep the stock flush")
+    disabled = _env.parse_disabled(environment.get(_env.DISABLE_VAR), _registry.NAMES).problem(_registry.NAMES)
+    found += [disabled] if disabled else []
+    rule, floor, again = (environment.get(name) for name in PICK_SETTINGS)
+    for problem in (_pick.rule_from(rule)[1], _pick.floor_from(floor)[1], _pick.again_ms_from(again)[1]):
+        found += [problem] if problem else []
+    return found
+
+
+def pick_rule_says(
+    value: str | None, floor: str | None = None, again: str | None = None, switch: str | None = None
+) -> str:
     """What the autotuners of a program started with ``CLEANFLUSH_PICK=value`` keep, and the
     stable rule's settings from ``CLEANFLUSH_PICK_FLOOR=floor`` and ``CLEANFLUSH_PICK_AGAIN_MS=again``
-    (an invalid one is said whatever the rule: a ``pick()`` block selects the stable rule in code)."""
+    (an invalid one is said whatever the rule: a ``pick()`` block selects the stable rule in code),
+    under ``CLEANFLUSH=switch``: where that keeps cleanflush out, no rule of its applies."""
     rule, rule_problem = _pick.rule_from(value)
     band_floor, floor_problem = _pick.floor_from(floor)
     again_ms, again_problem = _pick.again_ms_from(again)
-    problem = rule_problem or floor_problem or again_problem
-    if problem:
-        return f"INVALID: {problem}"
+    problems = [p for p in (rule_problem, floor_problem, again_problem) if p]
+    if problems:
+        return "INVALID: " + " | ".join(problems)
     if value is None or not value.strip():
         return f"{_env.PICK_VAR} is unset: autotuners keep their own pick ({_pick.DEFAULT_PICK})"
     if rule == _pick.FASTEST:
         return f"{_env.PICK_VAR}={value}: autotuners keep their own pick"
+    if programs_get(switch, value)[0] is None:
+        return (
+            f"{_env.PICK_VAR}={value} does nothing: {_env.POLICY_VAR}={switch} keeps cleanflush out of programs "
+            "started here, so autotuners keep their own pick"
+        )
     length = "as long as the autotuner's own timings" if again_ms is None else f"{again_ms:g} ms"
     return (
         f"{_env.PICK_VAR}={value}: Triton @autotune kernels and Inductor's algorithm selection and kernel configs "
@@ -161,14 +193,15 @@ def _prints_to_stderr() -> Iterator[None]:
 
 def collect(progress: bool = False) -> dict[str, Any]:
     """The record behind ``cleanflush status``."""
-    value = _env.AT_START[_env.POLICY_VAR]
-    policy, says = programs_get(value)
+    start = _env.AT_START
+    value = start[_env.POLICY_VAR]
+    policy, says = programs_get(value, start[_env.PICK_VAR])
     off = _env.is_off(value)
     if not cleanflush.is_installed():  # CLEANFLUSH=0 or invalid here: find out what *would* be patched
         _env.export(_env.POLICY_VAR, None)
         cleanflush.install()
     errors = _probe(progress)
-    disabled = _env.parse_disabled(_env.AT_START[_env.DISABLE_VAR], _registry.NAMES)
+    disabled = _env.parse_disabled(start[_env.DISABLE_VAR], _registry.NAMES)
     rows = [row.as_dict() for row in cleanflush.status()] + errors
     if off:  # what they would get is nothing; what is patchable stays in the detail
         rows = [
@@ -185,23 +218,24 @@ def collect(progress: bool = False) -> dict[str, Any]:
         "schema": SCHEMA,
         "cleanflush": cleanflush.__version__,
         "python": sys.executable,
-        "environment": {name: _env.AT_START[name] for name in _env.VARIABLES},
+        "environment": {name: start[name] for name in _env.VARIABLES},
         "programs_get": says,
         "policy": policy,
-        "pick_rule": pick_rule_says(*(_env.AT_START[name] for name in PICK_SETTINGS)),
+        "pick_rule": pick_rule_says(
+            start[_env.PICK_VAR], start[_env.PICK_FLOOR_VAR], start[_env.PICK_AGAIN_VAR], value
+        ),
         "disabled": sorted(disabled.names),
         "disable_problem": disabled.problem(_registry.NAMES),
+        "setting_problems": setting_problems(start),
         "autoload_file": _autoload_file(),
         "targets": rows,
     }
 
 
 def problems(data: dict[str, Any], wanted: list[str] | None = None) -> list[str]:
-    """What ``status --check`` fails on: an invalid setting, or a target that cannot be
+    """What ``status --check`` fails on: each invalid setting, or a target that cannot be
     patched (among the targets named in ``wanted``, when given)."""
-    found = [data[k] for k in ("programs_get", "pick_rule") if data.get(k, "").startswith("INVALID")]
-    if data["disable_problem"]:
-        found.append(data["disable_problem"])
+    found = list(data["setting_problems"])
     rows = [t for t in data["targets"] if not wanted or t["name"] in wanted]
     found += [f"{t['target']}: {t['state']}: {t['detail']}" for t in rows if t["state"] in PROBLEMS]
     if wanted:
@@ -262,10 +296,10 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     wanted = _wanted(args.check, parser)
     data = collect(progress=sys.stderr.isatty())
     data["problems"] = problems(data, wanted)
-    text = format_text(data)
+    verdict = ""
     if args.check:
-        text += "\n\n" + (
-            "check: FAIL\n" + "\n".join(f"  - {p}" for p in data["problems"]) if data["problems"] else "check: OK"
-        )
+        verdict = "check: FAIL\n" + "\n".join(f"  - {p}" for p in data["problems"]) if data["problems"] else "check: OK"
+    # with the record on stdout, the table it holds is not repeated on stderr: the check's verdict alone
+    text = verdict if args.json == "-" else "\n\n".join(part for part in (format_text(data), verdict) if part)
     emit(data, text, args.json)
     return EXIT_FAIL if args.check and data["problems"] else EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 from .._verify import DTYPES, CannotRun, Options, measure, report, verdict
 from .._verify.measure import PRESETS
@@ -120,15 +121,27 @@ def _judged_records(args: argparse.Namespace, start: float) -> list[verdict.Reco
     records: list[verdict.Record] = []
     for device in measure.devices(args.device):
         for n, k in shapes:
-            if len(shapes) > 1 or args.device != "0":
-                progress(f"cuda:{device}, {n} x {k} {args.dtype}")
+            label = f"cuda:{device}, {n} x {k} {args.dtype}" if len(shapes) > 1 or args.device != "0" else None
             options = Options(n, k, args.dtype, device, args.rounds, args.ncu, args.controls, args.json)
-            record = measure.measure(options, progress)
+            record = measure.measure(options, _labelled(progress, label))
             judged = judge(record)
             judged["exit_code"] = _code(judged["result"])
             record["verdict"] = judged
             records.append(record)
     return records
+
+
+def _labelled(progress: Callable[[str], None], label: str | None) -> Callable[[str], None]:
+    """``progress``, with ``label`` said before the first step: once the GEMM can run there
+    (a device that cannot is said in one line, with no label before it)."""
+    pending = [label] if label else []
+
+    def step(text: str) -> None:
+        while pending:
+            progress(pending.pop())
+        progress(text)
+
+    return step
 
 
 def _code(result: str) -> int:
