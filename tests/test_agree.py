@@ -467,3 +467,35 @@ def test_triton_disk_cache_readers_keep_the_writers_stable_pick(tmp_path):
     assert min(in_file, key=in_file.get) == 16 and in_file[32] == measured["32"]  # kept at the fastest's less a hair
     readers = [run(seed) for seed in (1, 2)]
     assert [r["pick"] for r in readers] == [16, 16]  # every reader keeps the writer's pick
+
+
+# ---- what cleanflush status says of it --------------------------------------------------
+
+
+def test_status_says_where_picks_are_agreed_and_what_the_pick_file_holds(tmp_path):
+    from cleanflush.cli import status
+
+    assert status.agreement_says({}).startswith("ranks keep their own picks")  # fastest: the store only when on
+    assert status.agreement_says({"CLEANFLUSH_PICK": "stable"}).startswith("ranks of a torch.distributed job agree")
+    assert status.agreement_says({"CLEANFLUSH_PICK_STORE": "on"}).startswith("ranks of a torch.distributed job agree")
+    said = status.agreement_says({"CLEANFLUSH_PICK": "stable", "CLEANFLUSH_PICK_STORE": "off"})
+    assert said.startswith("ranks keep their own picks") and said.endswith("CLEANFLUSH_PICK_FILE unset")
+    assert status.agreement_says({"CLEANFLUSH": "0", "CLEANFLUSH_PICK": "stable"}).startswith("nothing agreed")
+    picks = tmp_path / "picks.json"
+    assert "(none written yet)" in status.agreement_says({"CLEANFLUSH_PICK_FILE": str(picks)})
+    picks.write_text("{ torn")
+    assert "unreadable: " in status.agreement_says({"CLEANFLUSH_PICK_FILE": str(picks)})
+    bad = status.agreement_says({"CLEANFLUSH_PICK_STORE": "sometimes"})
+    assert bad.startswith("INVALID: CLEANFLUSH_PICK_STORE='sometimes' is not valid; use one of: auto, on, off")
+    assert status.setting_problems({"CLEANFLUSH_PICK_STORE": "sometimes"}) == [
+        bad[len("INVALID: ") :].split("; ranks")[0]
+    ]
+
+
+def test_a_pick_file_alone_turns_cleanflush_on_at_start_up(tmp_path):
+    from .conftest import run_python
+
+    code = "import torch, cleanflush; print(cleanflush.is_installed())"
+    assert run_python(code, env={"CLEANFLUSH_PICK_FILE": str(tmp_path / "p.json")}).stdout.strip() == "True"
+    out = run_python("import sys, torch; print('cleanflush' in sys.modules)")
+    assert out.stdout.strip() == "False"  # the negative control: nothing set, nothing loaded

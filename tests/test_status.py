@@ -196,6 +196,7 @@ def status_data(**changes):
         "python": "/py",
         "programs_get": "write-read (CLEANFLUSH=1)",
         "pick_rule": "CLEANFLUSH_PICK is unset: autotuners keep their own pick (fastest)",
+        "agreement": "ranks keep their own picks; CLEANFLUSH_PICK_FILE unset",
         "disabled": [],
         "disable_problem": None,
         "autoload_file": None,
@@ -212,6 +213,7 @@ def test_the_status_text_line_by_line():
         "cleanflush 9.9 (/py)",
         "environment  write-read (CLEANFLUSH=1)",
         "pick rule    CLEANFLUSH_PICK is unset: autotuners keep their own pick (fastest)",
+        "agreement    ranks keep their own picks; CLEANFLUSH_PICK_FILE unset",
         "disabled     none (CLEANFLUSH_DISABLE)",
         "autoload     cleanflush.pth not found in this interpreter: CLEANFLUSH does nothing here",
         "report       CLEANFLUSH_REPORT unset",
@@ -227,7 +229,7 @@ def test_the_status_text_line_by_line():
             environment={"CLEANFLUSH_REPORT": "/r.jsonl"},
         )
     ).splitlines()
-    assert lines[3:6] == [
+    assert lines[4:7] == [
         "disabled     inductor, triton (CLEANFLUSH_DISABLE); CLEANFLUSH_DISABLE names unknown targets x (ignored)",
         "autoload     /site/cleanflush.pth: wakes on the first import of torch, triton or a harness when CLEANFLUSH "
         "is set",
@@ -253,6 +255,7 @@ def test_collect_says_nothing_unasked_and_works_uninstalled_without_the_variable
         {"CLEANFLUSH_PICK": "stable"},  # the rule alone turns cleanflush on at start-up
         {"CLEANFLUSH_PICK": "stabel"},  # misspelt, it still does (the rule is then fastest)
         {"CLEANFLUSH_PICK": " "},  # blank: not set
+        {"CLEANFLUSH_PICK_FILE": "picks.json"},  # a pick file alone turns it on too
         {"CLEANFLUSH": "0", "CLEANFLUSH_PICK": "stable"},
         {"CLEANFLUSH": "read", "CLEANFLUSH_PICK": "stable"},
         {"CLEANFLUSH": "fast", "CLEANFLUSH_PICK": "stable"},  # an invalid switch keeps the stock flush
@@ -261,7 +264,7 @@ def test_collect_says_nothing_unasked_and_works_uninstalled_without_the_variable
 def test_the_environment_row_says_what_a_program_started_with_it_gets(start):
     """Status's claim against a real program started with the same variables (it imports torch
     and asks cleanflush, if it came, what it got), not against status's own reading of them."""
-    from cleanflush.cli.status import programs_get
+    from cleanflush.cli.status import programs_get, waking
 
     child = run_python(  # a program that does not import cleanflush itself: what the start-up hook gives it
         """
@@ -272,12 +275,12 @@ def test_the_environment_row_says_what_a_program_started_with_it_gets(start):
         start,
     )
     installed, flushes_with = child.stdout.split()
-    policy, says = programs_get(start.get("CLEANFLUSH"), start.get("CLEANFLUSH_PICK"))
+    policy, says = programs_get(start.get("CLEANFLUSH"), waking(start))
     assert policy == (flushes_with if installed == "True" else None), says
     if policy is not None:
         assert f"flushes with {policy} from its first import of torch or triton" in says
     if "CLEANFLUSH" not in start and policy is not None:
-        assert f"CLEANFLUSH_PICK={start['CLEANFLUSH_PICK']} turns cleanflush on" in says
+        assert f"{waking(start)} turns cleanflush on" in says
     assert "stock flush unless they import" not in says or installed == "False"
 
 

@@ -117,16 +117,24 @@ def pick_store(store: Any = None) -> None:
         STORE.named, STORE.prefixed, STORE.base, STORE.dead = store, None, None, None
 
 
-def store_mode() -> str:
-    """``CLEANFLUSH_PICK_STORE``: auto (under a rule that changes picks), on, off."""
-    value = (_env.value(_env.PICK_STORE_VAR) or "").strip().lower()
-    found = {"": AUTO, "1": ON, "true": ON, "yes": ON, "0": OFF, "false": OFF, "no": OFF}.get(value, value)
+def mode_from(value: str | None) -> tuple[str, str | None]:
+    """The mode a ``CLEANFLUSH_PICK_STORE`` value selects, and what is wrong with it (None: nothing)."""
+    text = (value or "").strip().lower()
+    found = {"": AUTO, "1": ON, "true": ON, "yes": ON, "0": OFF, "false": OFF, "no": OFF}.get(text, text)
     if found not in STORE_MODES:
-        warn_once(
-            "agree:mode",
+        return (
+            AUTO,
             f"{_env.PICK_STORE_VAR}={value!r} is not valid; use one of: {', '.join(STORE_MODES)} (auto is used)",
         )
-        return AUTO
+    return found, None
+
+
+def store_mode() -> str:
+    """``CLEANFLUSH_PICK_STORE``: auto (under a rule that changes picks), on, off (an invalid
+    value is said once, and auto used)."""
+    found, problem = mode_from(_env.value(_env.PICK_STORE_VAR))
+    if problem:
+        warn_once("agree:mode", problem)
     return found
 
 
@@ -336,7 +344,7 @@ def _own_file(folder: str) -> str:
     return os.path.join(folder, f"picks-{socket.gethostname()}-{os.getpid()}.json")
 
 
-def _files(path: str) -> list[str]:
+def files_of(path: str) -> list[str]:
     if not _is_folder(path):
         return [path] if os.path.exists(path) else []
     if not os.path.isdir(path):
@@ -378,7 +386,7 @@ def read_file(name: str) -> list[Entry]:
 
 def _refresh(path: str) -> None:
     """Read the pick file (or folder) again where it changed since it was last read."""
-    files = _files(path)
+    files = files_of(path)
     stamp = (path, _stamp(files))
     if FILE.stamp == stamp:
         return

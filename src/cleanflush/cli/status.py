@@ -21,7 +21,7 @@ from typing import Any
 
 import cleanflush
 
-from .. import _env, _pick, _policies, _registry, _targets
+from .. import _agree, _env, _pick, _policies, _registry, _targets
 from ._output import EXIT_FAIL, EXIT_OK, EXIT_USAGE, emit, help_text, json_option, output_problem
 
 SCHEMA = 2
@@ -68,9 +68,9 @@ def programs_get(value: str | None, pick: str | None = None) -> tuple[str | None
     except ValueError as exc:
         return None, f"INVALID: {exc}; programs keep the stock flush"
     unset = value is None or not value.strip()
-    if unset and (pick or "").strip():  # the start-up hook wakes for the rule alone (_cleanflush_boot.boot)
+    if unset and (pick or "").strip():  # the start-up hook wakes for a pick setting alone (_cleanflush_boot.boot)
         return chosen, (
-            f"{_env.POLICY_VAR} is unset, but {_env.PICK_VAR}={pick} turns cleanflush on: every Python program "
+            f"{_env.POLICY_VAR} is unset, but {pick} turns cleanflush on: every Python program "
             f"started here, and its children, flushes with {chosen} from its first import of torch or triton"
         )
     if unset:
@@ -101,7 +101,17 @@ def setting_problems(environment: Mapping[str, str | None]) -> list[str]:
     rule, floor, again = (environment.get(name) for name in PICK_SETTINGS)
     for problem in (_pick.rule_from(rule)[1], _pick.floor_from(floor)[1], _pick.again_ms_from(again)[1]):
         found += [problem] if problem else []
-    return found
+    store = _agree.mode_from(environment.get(_env.PICK_STORE_VAR))[1]
+    return found + ([store] if store else [])
+
+
+def waking(environment: Mapping[str, str | None]) -> str | None:
+    """The pick setting that turns cleanflush on by itself at start-up (``_cleanflush_boot``), as
+    ``NAME=value``, or None."""
+    for name in (_env.PICK_VAR, _env.PICK_FILE_VAR):
+        if (environment.get(name) or "").strip():
+            return f"{name}={environment[name]}"
+    return None
 
 
 def pick_rule_says(
@@ -119,21 +129,57 @@ def pick_rule_says(
         return "INVALID: " + " | ".join(problems)
     if value is None or not value.strip():
         return f"{_env.PICK_VAR} is unset: autotuners keep their own pick ({_pick.DEFAULT_PICK})"
-    if rule == _pick.FASTEST:
-        return f"{_env.PICK_VAR}={value}: autotuners keep their own pick"
+    record = _pick.RULES[rule]
+    if record.choose is None:
+        return f"{_env.PICK_VAR}={value}: {record.summary}"
     if programs_get(switch, value)[0] is None:
         return (
             f"{_env.PICK_VAR}={value} does nothing: {_env.POLICY_VAR}={switch} keeps cleanflush out of programs "
             "started here, so autotuners keep their own pick"
         )
-    length = "as long as the autotuner's own timings" if again_ms is None else f"{again_ms:g} ms"
-    return (
-        f"{_env.PICK_VAR}={value}: Triton @autotune kernels and Inductor's algorithm selection and kernel configs "
-        f"keep the first config, in their own order, within the band of the fastest (its floor "
-        f"{band_floor * 100:g}%; at least {_pick.TICKS_ALIKE:g} steps of the {_pick.TICK_MS * 1e6:g} ns event "
-        "timer where the timings are single readings of it; Inductor's coordinate descent steps only beyond "
-        f"it); configs a Triton autotuner timed with do_bench are timed again for {length}"
+    said = (
+        f"{_env.PICK_VAR}={value}: {record.summary} (its floor {band_floor * 100:g}%; at least "
+        f"{_pick.TICKS_ALIKE:g} steps of the {_pick.TICK_MS * 1e6:g} ns event timer where the timings are single "
+        "readings of it"
     )
+    if record.descends_beyond_floor:
+        said += "; Inductor's coordinate descent steps only beyond it"
+    if record.times_again:
+        length = "as long as the autotuner's own timings" if again_ms is None else f"{again_ms:g} ms"
+        said += f"); configs a Triton autotuner timed with do_bench are timed again for {length}"
+    else:
+        said += ")"
+    return said
+
+
+def agreement_says(environment: Mapping[str, str | None]) -> str:
+    """Whether picks are agreed across ranks (the job's store) and runs (the pick file) in a
+    program started with ``environment``."""
+    if _env.is_off(environment.get(_env.POLICY_VAR)):
+        return f"nothing agreed: {_env.POLICY_VAR} keeps cleanflush out of programs started here"
+    mode, problem = _agree.mode_from(environment.get(_env.PICK_STORE_VAR))
+    rule = _pick.RULES[_pick.rule_from(environment.get(_env.PICK_VAR))[0]]
+    on = mode == _agree.ON or (mode == _agree.AUTO and rule.choose is not None)
+    ranks = (
+        "ranks of a torch.distributed job agree on every pick through its store"
+        if on
+        else f"ranks keep their own picks (the store is used under a rule that chooses, or {_env.PICK_STORE_VAR}=on)"
+    )
+    path = environment.get(_env.PICK_FILE_VAR)
+    runs = f"runs keep and take picks in {path} ({_pick_file_state(path)})" if path else f"{_env.PICK_FILE_VAR} unset"
+    return ("INVALID: " + problem + "; " if problem else "") + f"{ranks}; {runs}"
+
+
+def _pick_file_state(path: str) -> str:
+    """What a pick file holds now, in a few words."""
+    names = _agree.files_of(path)
+    if not names:
+        return "none written yet"
+    try:
+        entries = sum(len(_agree.read_file(name)) for name in names)
+    except (ValueError, UnicodeDecodeError) as exc:  # what a program would say of it, once
+        return f"unreadable: {exc}; its picks are not taken"
+    return f"{entries} decision(s) in {len(names)} file(s)"
 
 
 def _probe(progress: bool) -> list[dict[str, Any]]:
@@ -195,7 +241,7 @@ def collect(progress: bool = False) -> dict[str, Any]:
     """The record behind ``cleanflush status``."""
     start = _env.AT_START
     value = start[_env.POLICY_VAR]
-    policy, says = programs_get(value, start[_env.PICK_VAR])
+    policy, says = programs_get(value, waking(start))
     off = _env.is_off(value)
     if not cleanflush.is_installed():  # CLEANFLUSH=0 or invalid here: find out what *would* be patched
         _env.export(_env.POLICY_VAR, None)
@@ -226,6 +272,7 @@ def collect(progress: bool = False) -> dict[str, Any]:
         ),
         "disabled": sorted(disabled.names),
         "disable_problem": disabled.problem(_registry.NAMES),
+        "agreement": agreement_says(start),
         "setting_problems": setting_problems(start),
         "autoload_file": _autoload_file(),
         "targets": rows,
@@ -257,6 +304,7 @@ def format_text(data: dict[str, Any]) -> str:
         f"cleanflush {data['cleanflush']} ({data['python']})",
         f"environment  {data['programs_get']}",
         f"pick rule    {data['pick_rule']}",
+        f"agreement    {data['agreement']}",
         f"disabled     {disabled} ({_env.DISABLE_VAR})"
         + (f"; {data['disable_problem']}" if data["disable_problem"] else ""),
         "autoload     "
