@@ -288,8 +288,8 @@ def test_a_kernel_tuned_under_a_name_of_its_own_is_found():
 
 WORKER_COUNTS = """
 import multiprocessing, os, types
+import triton.runtime.autotuner  # what loads cleanflush's autotuning hooks in a job
 from cleanflush import _decisions, _tunercache
-_decisions._count_in_workers()
 
 def work(_):
     kernel = types.SimpleNamespace(__module__="lib", __name__="kernel")
@@ -334,6 +334,7 @@ def test_the_recorder_keeps_the_autotuners_own_cache_dict():
 def test_the_counts_a_fork_inherits_are_the_parents_to_write(tmp_path):
     code = """
 import os, json, types
+import triton.runtime.autotuner
 from cleanflush import _decisions, _tunercache
 kernel = types.SimpleNamespace(__module__="lib", __name__="kernel")
 cache = _tunercache.cache_of(types.SimpleNamespace(cache={}, base_fn=kernel))

@@ -3,7 +3,6 @@ Autotuner under Triton's interpreter in jobs of several ranks launched by ``torc
 where each rank's timings jitter so that the autotuner's own pick differs between ranks."""
 
 import json
-import multiprocessing
 import os
 import socket
 import subprocess
@@ -400,9 +399,12 @@ def test_an_entry_for_other_configs_is_tuned_again_and_said(tmp_path):
     assert stderr.count("is tuned again here: its candidate configs are others now") == 4
 
 
-def test_pick_store_is_public_and_uninstall_leaves_it_alone():
-    assert cleanflush.pick_store is _agree.pick_store and "pick_store" in cleanflush.__all__
-    assert multiprocessing.current_process().name == "MainProcess"
+def test_pick_store_is_public_and_names_the_store_picks_are_agreed_through():
+    store = torch_distributed.HashStore()
+    cleanflush.pick_store(store)
+    assert "pick_store" in cleanflush.__all__ and _agree.STORE.named is store
+    cleanflush.pick_store()
+    assert _agree.STORE.named is None
 
 
 DISK_JOB = """

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from . import _env, _flush, _targets
-from ._agree import pick_store
 from ._pick import PICKS, current_pick, pick
 from ._policies import DEFAULT_POLICY, POLICIES
 from ._policy import current_policy, policy
@@ -79,6 +79,15 @@ def is_installed() -> bool:
 def status() -> list[TargetStatus]:
     """One row per place a benchmarker flushes: installed version, state, and why."""
     return _targets.status()
+
+
+def pick_store(store: Any = None) -> None:
+    """Agree on picks through ``store`` (a ``torch.distributed.Store`` every rank reaches); None:
+    through the default process group's store, where ``torch.distributed`` runs several ranks
+    (docs/pick.md)."""
+    from . import _agree  # with the hooks it serves: loaded when first needed
+
+    _agree.pick_store(store)
 
 
 def flush_counts() -> dict[tuple[str, str], int]:

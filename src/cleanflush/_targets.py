@@ -17,7 +17,7 @@ from typing import Any
 
 import wrapt
 
-from . import _autotuner, _children, _decisions, _env, _flush, _inductor_pick, _pick, _policy, _report, _tunercache
+from . import _children, _env, _flush, _pick, _policy, _report
 from ._registry import NAMES, TARGETS, Target
 from ._state import STATE, Site, State, TargetStatus, record, say_once, warn_once
 
@@ -29,6 +29,7 @@ class _Install:
     env_before: str | None = None  # CLEANFLUSH before the install: what uninstall puts back
     pick_before: str | None = None  # CLEANFLUSH_PICK before the install, likewise
     hooks_registered: bool = False  # once per process, also across importlib.reload(cleanflush)
+    autotuning_loaded: bool = False  # the modules that hook autotuners are loaded and registered
 
 
 INSTALL = _Install()
@@ -36,7 +37,31 @@ INSTALL = _Install()
 # The modules that hook autotuners (each with register, apply and revert), in the order their
 # hooks go on: the pick rule's wrappers before the decision recorder's, which sit outside them
 # and record what the rule kept (``_patching.PatchSet``); uninstall takes them off in reverse.
-AUTOTUNING = (_inductor_pick, _autotuner, _decisions)
+# They load at the first import of a module they hook (``AUTOTUNERS``: each one's ``HOOKS``),
+# so a process that never autotunes never pays for them.
+AUTOTUNING = ("cleanflush._inductor_pick", "cleanflush._autotuner", "cleanflush._decisions")
+AUTOTUNERS = (
+    "triton.runtime.autotuner",
+    "torch._inductor.select_algorithm",
+    "torch._inductor.runtime.triton_heuristics",
+    "torch._inductor.runtime.coordinate_descent_tuner",
+)
+
+
+def autotuning() -> list[Any]:
+    """The modules that hook autotuners, those loaded so far, in order."""
+    return [sys.modules[name] for name in AUTOTUNING if name in sys.modules]
+
+
+def _load_autotuning(module: Any = None) -> None:
+    """At the first import of an autotuner: load the modules that hook autotuners, and register
+    each, in order (a post-import hook: each registers hooks of its own, which fire at once for
+    what is imported already)."""
+    if INSTALL.autotuning_loaded:
+        return
+    INSTALL.autotuning_loaded = True
+    for name in AUTOTUNING:
+        import_module(name).register()
 
 
 def resolve(path: str) -> Callable[..., Any]:
@@ -152,13 +177,13 @@ def install(policy: str | None, source: str) -> bool:
             for module in target.triggers:
                 # wrapt fires the hook at once if the module is already imported
                 wrapt.register_post_import_hook(hook, module)
-        for hooks in AUTOTUNING:
-            hooks.register()
+        for module in AUTOTUNERS:
+            wrapt.register_post_import_hook(_load_autotuning, module)
         return True
     for target in TARGETS:
         if any(module in sys.modules for module in target.triggers):
             apply(target)
-    for hooks in AUTOTUNING:
+    for hooks in autotuning():
         hooks.apply()
     if "multiprocessing.process" in sys.modules:
         _children.apply()
@@ -173,9 +198,10 @@ def uninstall() -> None:
         STATE.installed = False
         for target in TARGETS:
             revert(target)
-        for hooks in reversed(AUTOTUNING):
+        for hooks in reversed(autotuning()):
             hooks.revert()
-        _tunercache.revert()
+        if "cleanflush._tunercache" in sys.modules:  # every autotuner its own cache dict back
+            sys.modules["cleanflush._tunercache"].revert()
         _children.revert()
         _policy.export(False, INSTALL.env_before)
         _pick.PICK.export(False, INSTALL.pick_before)
