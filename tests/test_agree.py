@@ -159,6 +159,8 @@ def test_an_entry_that_no_longer_matches_is_tuned_again_said_once(tmp_path, monk
         json.dumps({"format": "something else"}),
         json.dumps({"format": "cleanflush picks", "version": 1, "entries": [{"decision": "x"}]}),
         json.dumps({"format": "cleanflush picks", "version": 1, "entries": {"a": 1}}),
+        "[" * 100000 + "]" * 100000,  # deeper than the parser goes
+        "\udcff not utf-8".encode("utf-8", "surrogateescape").decode("latin-1"),
     ],
 )
 def test_a_torn_or_hostile_or_other_version_file_is_one_line_and_nothing_taken(tmp_path, monkeypatch, capsys, content):

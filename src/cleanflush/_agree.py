@@ -345,11 +345,13 @@ def _own_file(folder: str) -> str:
 
 
 def files_of(path: str) -> list[str]:
+    """The pick files ``path`` names: itself, or a folder's files (none where it cannot be listed)."""
     if not _is_folder(path):
         return [path] if os.path.exists(path) else []
-    if not os.path.isdir(path):
+    try:
+        names = sorted(n for n in os.listdir(path) if n.startswith("picks-") and n.endswith(".json"))
+    except OSError:  # not there yet, or not ours to read: no picks to take
         return []
-    names = sorted(n for n in os.listdir(path) if n.startswith("picks-") and n.endswith(".json"))
     return [os.path.join(path, n) for n in names]
 
 
@@ -374,6 +376,8 @@ def read_file(name: str) -> list[Entry]:
             data = json.load(f)
     except OSError as exc:
         raise ValueError(exc.strerror or str(exc)) from None
+    except RecursionError:  # a hostile file nested deeper than the parser goes
+        raise ValueError("it nests deeper than a pick file does") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError("it is not a cleanflush pick file")
     if data.get("version") != VERSION:

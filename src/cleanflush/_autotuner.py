@@ -66,7 +66,7 @@ def _on_lookup(cache: TunerCache, key: Any) -> None:
         return
     decision = decision_of(cache, key)
     found = _agree.in_file(decision, _agree.here()) or _agree.published(decision, rule.choose is not None)
-    config = _config(cache.tuner.configs, found.pick) if found is not None else None
+    config = _config(list(getattr(cache.tuner, "configs", ())), found.pick) if found is not None else None
     if found is not None and config is not None:
         cache.data[key] = config
         cache.agreed[key] = found.source
@@ -87,7 +87,8 @@ def _on_store(cache: TunerCache, key: Any, value: Any) -> Any:
         return value
     spent = ms(timed[value]) if value in timed else None
     first = _agree.publish(decision_of(cache, key), str(value), spent, rule.choose is not None)
-    taken = _config(list(timed) + list(cache.tuner.configs), first.pick) if first is not None else None
+    configs = list(timed) + list(getattr(cache.tuner, "configs", ()))
+    taken = _config(configs, first.pick) if first is not None else None
     if first is not None and taken is not None:
         cache.agreed[key] = first.source
         return taken
