@@ -1299,3 +1299,46 @@ def test_ab_compare_pick_refuses_an_invalid_floor_before_the_first_run(tmp_path)
     out = subprocess.run([*AB_PICK[:-2], "--rules", "fastest,stable", "--", "true"], env=env, capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert out.returncode == 2 and "--rules names the pick rules --compare pick sets against each other" in out.stderr
+
+
+def test_inductors_kernel_configs_take_a_pick_agreed_elsewhere_and_tune_nothing(monkeypatch):
+    from cleanflush import _agree, _inductor_pick
+
+    torch_distributed = pytest.importorskip("torch.distributed")
+    tuner, launchers, timed = kernel_tuner({1: 1.004, 8: 1.0, 64: 1.5}, {})
+    cleanflush.pick_store(torch_distributed.HashStore())
+    monkeypatch.setenv("CLEANFLUSH_PICK_STORE", "on")
+    decision = _inductor_pick.kernel_decision(tuner, list(launchers.values()))
+    assert _agree.publish(decision, str(launchers[64].config), 0.5, chooses=False) is None  # another rank's, first
+    tuner.autotune_to_one_config("in", "out")
+    assert tuner.launchers == [launchers[64]] and timed == []  # taken: nothing tuned here
+    assert launchers[64].kernel.closed == 0 and launchers[1].kernel.closed and launchers[8].kernel.closed
+    # the negative control: nothing published for another kernel's configs, which this rank tunes and publishes
+    other, others, timed = kernel_tuner({2: 1.0, 4: 1.2}, {})
+    other.autotune_to_one_config("in", "out")
+    assert other.launchers == [others[2]] and len(timed) == 2
+    again = _inductor_pick.kernel_decision(other, list(others.values()))
+    assert _agree.published(again, chooses=False).pick == str(others[2].config)
+
+
+def test_inductors_algorithm_selection_takes_the_choice_another_rank_published(monkeypatch):
+    from cleanflush import _agree, _inductor_pick, _labels
+
+    torch_distributed = pytest.importorskip("torch.distributed")
+    cleanflush.pick_store(torch_distributed.HashStore())
+    monkeypatch.setenv("CLEANFLUSH_PICK_STORE", "on")
+
+    class Choice:
+        def __init__(self, name):
+            self.name, self.description = name, ""
+
+    a, b = Choice("triton_mm_1"), Choice("extern_mm")
+
+    def autotune(self, name, input_nodes, layout, input_gen_fns, choices, hint_override=None, is_collective=False,
+                 precompile_key=None):  # fmt: skip
+        return {a: 1.0, b: 1.1}  # this rank's own: a
+
+    decision = _agree.Decision("inductor", "mm", _labels.shapes_key([]), ("triton_mm", "extern_mm"))
+    _agree.publish(decision, "extern_mm", 1.05, chooses=False)  # another rank published b first
+    kept = _inductor_pick._autotune(autotune.__get__(object()), object(), ("mm", [], None, None, [a, b]), {})
+    assert min(kept, key=kept.get) is b and _inductor_pick.agreed_in(kept) == "another rank"
