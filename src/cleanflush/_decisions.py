@@ -187,17 +187,21 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
         kwargs = {**kwargs, "grid": grids}
     # an in-place kernel's data as the autotuner timed it, before this call writes it
     kept = _calls.before_call(instance, args, kwargs) if folder is not None else None
+    audit = _audit_watch(instance, cache, args, kwargs)
     result = wrapped(*args, **kwargs)
 
     def made() -> list[Tuned]:
         # a new key whose timings are new: it was benchmarked now (a key filled from Triton's
         # disk cache leaves the previous key's timings in place; nothing to record then); or a
-        # new key whose pick was agreed elsewhere (another rank, the pick file), not tuned here
+        # new key whose pick was agreed elsewhere (another rank, the pick file), not tuned here;
+        # under ``cleanflush audit``, a key served without tuning is the audit's, not a decision
         if cache is None or before is None:
             return []
         tuned = getattr(instance, "configs_timings", None) is not timings_before
         timings = dict(getattr(instance, "configs_timings", {}) or {}) if tuned else {}
-        new = [key for key in set(cache.data) - before if tuned or key in cache.agreed]
+        fresh = list(set(cache.data) - before)
+        served = _audit_served(audit, fresh, kept or args, kwargs, grids, folder)
+        new = [key for key in fresh if key not in served and (tuned or key in cache.agreed)]
         found = [triton_decision(instance, key, timings, cache.data[key]) for key in new]
         if folder is not None:  # in an ab run: each decision's call, recorded to price its picks
             for decision in found:
@@ -209,6 +213,30 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
 
     _record("triton", "a Triton autotuning decision", made)
     return result
+
+
+def _audit_watch(tuner: Any, cache: TunerCache | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Under ``cleanflush audit``: what its recorder (``_audit.served``) sees of a call before it runs."""
+    if cache is None or _env.audit_path() is None or _env.calls_folder() is None:
+        return None
+    from ._audit import served
+
+    try:
+        return served.watch(tuner, cache, args, kwargs)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a tuner of another layout: not audited
+        warn_once("decisions:audit", f"could not see whether {cache.op} was served without tuning ({exc!r})")
+        return None
+
+
+def _audit_served(
+    audit: Any, fresh: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, folder: str | None
+) -> set[Any]:
+    """The keys the call was served without tuning (recorded by ``_audit.served``), under ``cleanflush audit``."""
+    if audit is None or folder is None:
+        return set()
+    from ._audit import served
+
+    return served.served(audit, fresh, args, kwargs, grids, folder)
 
 
 def _call_record(
