@@ -121,24 +121,40 @@ def _audit(result: AuditResult, work: str, pricer: Pricer, write: str | None, pr
     result["skipped_lines"] = skipped + bad
     result["tuned_here"] = sum(d["kind"] != "calls" for d in decisions)
     counts = calls_per_run([decisions])
-    wanted = to_price(lines)
+    unread = unreadable_tables(lines, work, problems)  # checked before anything is priced
+    wanted = [w for w in to_price(lines) if lines[w["id"]].get("table") not in unread]
     started = time.monotonic()
     priced = {p["id"]: p for p in pricer(wanted, os.path.join(work, "calls"), work)} if wanted else {}
     result["pricing_s"] = time.monotonic() - started
     pairs = []
     for number, line in enumerate(lines):
         calls = counts.get((line["op"], line["key"]))
-        pairs.append(
-            (
-                judge.judge(line, priced.get(number), int(calls) if calls is not None else None, result["min_effect"]),
-                line,
-            )
-        )
+        entry = judge.judge(line, priced.get(number), None if calls is None else int(calls), result["min_effect"])
+        if line.get("table") in unread:
+            entry = {**entry, "class": judge.NOT_AUDITABLE, "reason": unread[str(line.get("table"))]}
+        pairs.append((entry, line))
     _provenance(pairs, problems)
     if write is not None:
         result["written"] = tables.write_corrected(pairs, work, write, problems)
     result["entries"] = [entry for entry, _ in pairs]
     result["headline"] = judge.headline(result["entries"])
+
+
+def unreadable_tables(lines: list[Served], work: str, problems: list[str]) -> dict[str, str]:
+    """The library tables the entries name (kept by the recorder) that cannot be read as their
+    library reads one, each with why, said once in ``problems``: their entries are not priced."""
+    found: dict[str, str] = {}
+    for line in lines:
+        library, kept = LIBRARIES.get(line["source"]), line.get("table")
+        if library is None or not isinstance(kept, str) or kept in found:
+            continue
+        if os.path.basename(kept) != kept:
+            found[kept] = f"{kept!r} is not a file of the audit's"
+        else:
+            found[kept] = tables.read_table(os.path.join(work, kept), library)[1] or ""
+        if found[kept]:
+            problems.append(found[kept])
+    return {kept: f"its table cannot be read: {why}" for kept, why in found.items() if why}
 
 
 def read_served(path: str) -> tuple[list[Served], list[str]]:
