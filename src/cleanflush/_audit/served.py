@@ -176,7 +176,7 @@ def _fill_grids(grids: Any, tuner: Any, args: tuple[Any, ...], kwargs: dict[str,
     for config in configs:
         try:
             grids({**named, **config.all_kwargs()})
-        except Exception:  # the job's grid function may refuse a config it never launches: that one is not priced
+        except (ArithmeticError, LookupError, TypeError, ValueError):  # a config the job's grid refuses: not priced
             continue
 
 

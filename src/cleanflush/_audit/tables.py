@@ -91,10 +91,11 @@ def provenance(line: Served, shipped: dict[str, dict[str, Any]], library: Librar
     here = library.loads(device, list(shipped)) if device else None
     if here is not None and here in holding:
         return f"{library.name}'s table for this GPU ({here}.json)", False
+    named = " and ".join(f"{name}.json" for name in holding)
     if holding and device:
-        return f"{library.name}'s {holding[0]}.json, tuned on another GPU than this {device}", True
+        return f"{library.name}'s {named}, tuned on another GPU than this {device}", True
     if holding:
-        return f"{library.name}'s {holding[0]}.json", False
+        return f"{library.name}'s {named}", False
     return f"a {library.name} table the job loaded itself (none {library.name} ships holds it)", False
 
 
