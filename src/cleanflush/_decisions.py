@@ -17,6 +17,10 @@ one JSON line when it is made, in whichever process makes it:
   max-autotune modes), which walks on from that kept config: every config it timed and the
   one it kept, which is the one the kernel runs.
 
+Under ``cleanflush audit`` (``CLEANFLUSH_AUDIT`` set too), a Triton pick served without tuning
+(a preloaded table, Triton's disk cache, a library's table) goes to the audit's recorder
+(``_audit.served``) instead, with its call.
+
 Choices are named by what they are, not by per-process counters (``triton_mm_12``), so the
 same choice can be matched across runs.
 """

@@ -196,8 +196,8 @@ def _disk_cache(entry: Audited, line: Served, out: str, problems: list[str]) -> 
     specs, written = line["specs"], []
     for sub in sorted(os.listdir(folder)):
         path = os.path.join(folder, sub, name)
-        if not os.path.lexists(path):
-            continue
+        if os.path.islink(os.path.join(folder, sub)) or not os.path.lexists(path):
+            continue  # a folder of the cache that is a link is never read through
         data, why = read_json(path)
         corrected = _kept(data, line.get("tuning_key"), specs[line["shipped"]], specs.get(entry.get("clean", ""), {}))
         if why is not None:
