@@ -609,3 +609,29 @@ def test_write_keeps_the_clean_pick_in_triton_disk_cache_as_tritons_own_reader_r
         timings = {triton.Config(**config): timing for config, timing in json.load(f)["configs_timings"]}
     assert str(builtins.min(timings, key=timings.get)) == str(configs[3])
     assert sorted(t[0] for t in timings.values())[1] == 0.010  # every other timing as it was
+
+
+def test_the_real_pricing_process_without_a_gpu_says_so_for_each_entry_and_the_json_is_whole(tmp_path, interpreter):
+    command = write_job(tmp_path, job=JOB + "\nprint('the job speaks')\n")
+    out = audit_cli(["--json", "--", *command], {"TRITON_INTERPRET": "1"}, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads(out.stdout)
+    assert "the job speaks" in out.stderr and "the job speaks" not in out.stdout  # stdout is the record's
+    assert [e["class"] for e in record["entries"]] == ["not auditable"] * 3
+    assert {e["reason"] for e in record["entries"]} == {"it could not be priced: the pricing process failed (exit 1)"}
+    assert (
+        "cleanflush audit: no CUDA device here" in out.stderr
+        and "cleanflush audit: re-tuning and pricing 3" in out.stderr
+    )
+
+
+def test_the_graph_timer_streams_its_copies_from_memory_and_the_search_is_cut_to_its_leaders():
+    from cleanflush._audit import graph, price
+
+    assert graph.copies_for(8 << 20, 50 << 20) == 25  # 4 x L2 over 8 MiB calls
+    assert graph.copies_for(512 << 20, 50 << 20) == 2  # at least two: no launch reads what the last one left
+    assert graph.copies_for(1024, 50 << 20) == graph.MOST_COPIES
+    assert graph.copies_for(6 << 30, 50 << 20) == 2 and graph.copies_for(3 << 30, 50 << 20) == 2
+    swept = {"a": 5.0, "b": 4.0, "c": 9.0, "d": 4.5}
+    assert price._leaders(["a", "b", "c", "d"], swept, 2) == ["b", "d"]  # the fastest two, in the autotuner's order
+    assert price._leaders(["a", "b", "c", "d"], swept, 8) == ["a", "b", "c", "d"]
