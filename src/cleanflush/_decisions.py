@@ -207,7 +207,7 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
         served = _audit_served(audit, fresh, kept or args, kwargs, grids, folder)
         new = [key for key in fresh if key not in served and (tuned or key in cache.agreed)]
         found = [triton_decision(instance, key, timings, cache.data[key]) for key in new]
-        if folder is not None:  # in an ab run: each decision's call, recorded to price its picks
+        if folder is not None and _env.audit_path() is None:  # in an ab run: each decision's call, to price its picks
             for decision in found:
                 if decision["timings_ms"]:
                     decision["call"] = _call_record(instance, kept or args, kwargs, grids, folder, decision)
