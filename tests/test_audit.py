@@ -21,6 +21,7 @@ from cleanflush._audit import judge, libraries, run, served, tables
 from cleanflush._audit.report import format_report
 
 from .conftest import environ_without_cleanflush
+from .triton_layout import needs_autotune_do_bench
 
 # A kernel with six configs, in a module of its own (a kernel of __main__ cannot be made again).
 KERNEL = """
@@ -635,3 +636,34 @@ def test_the_graph_timer_streams_its_copies_from_memory_and_the_search_is_cut_to
     swept = {"a": 5.0, "b": 4.0, "c": 9.0, "d": 4.5}
     assert price._leaders(["a", "b", "c", "d"], swept, 2) == ["b", "d"]  # the fastest two, in the autotuner's order
     assert price._leaders(["a", "b", "c", "d"], swept, 8) == ["a", "b", "c", "d"]
+
+
+TUNED_KERNEL = (
+    KERNEL
+    + """
+
+def bench(kernel_call, quantiles=None, **kw):  # a stand-in timer: the interpreter has no GPU to time on
+    kernel_call()
+    return [1.0, 1.0, 1.0]
+
+
+@triton.autotune(configs=CONFIGS, key=["n"], do_bench=bench)
+@triton.jit
+def tuned_add(x, out, n, scale, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(out + i, tl.load(x + i, mask=m) + scale, mask=m)
+"""
+)
+
+
+@needs_autotune_do_bench
+def test_a_key_the_job_tunes_itself_is_counted_not_audited(tmp_path, interpreter):
+    job = JOB + "\nk.call(k.tuned_add, 100)\n"
+    command = write_job(tmp_path, kernel=TUNED_KERNEL, job=job)
+    result, code = run.run(command, keep=str(tmp_path / "work"), pricer=stand_in_pricer())
+    assert code == 0 and result["tuned_here"] == 1 and result["headline"]["entries"] == 3
+    assert {e["op"] for e in result["entries"]} == {"tablekernel.scale_add"}
+    assert audited(result)["100"]["calls"] == 3  # the other kernel's call with the same n is its own
+    assert os.listdir(tmp_path / "work" / "calls") and len(os.listdir(tmp_path / "work" / "calls")) == 3  # none for it
+    assert "1 decision(s) it tuned itself (not audited)" in format_report(result)
