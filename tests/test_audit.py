@@ -667,3 +667,23 @@ def test_a_key_the_job_tunes_itself_is_counted_not_audited(tmp_path, interpreter
     assert audited(result)["100"]["calls"] == 3  # the other kernel's call with the same n is its own
     assert os.listdir(tmp_path / "work" / "calls") and len(os.listdir(tmp_path / "work" / "calls")) == 3  # none for it
     assert "1 decision(s) it tuned itself (not audited)" in format_report(result)
+
+
+def test_a_torn_or_hostile_recorder_line_is_skipped_with_why_and_the_others_kept(tmp_path):
+    good = {"kind": "served", "op": "m.k", "key": "(1,)", "source": "preloaded", "shipped": "s", "offered": ["s"],
+            "specs": {"s": {"kwargs": {}}}, "call": {"file": "f.pt"}, "device": None}  # fmt: skip
+    lines = [
+        json.dumps(good),
+        json.dumps({**good, "key": "(2,)", "entry": {"family": 3}}),
+        json.dumps({**good, "key": "(3,)", "specs": {"s": "import os"}}),
+        '{"kind": "served", "op": "m.k", "ke',
+        json.dumps({**good, "key": "(1,)", "shipped": "another process's"}),  # the same key again: the first kept
+    ]
+    (tmp_path / "served.jsonl").write_text("\n".join(lines) + "\n")
+    found, bad = run.read_served(str(tmp_path / "served.jsonl"))
+    assert found == [good]
+    assert [line.split(": skipped, ")[1] for line in bad] == [
+        "its table entry is not a family, a signature and a config",
+        "its specs are not configs",
+        "Invalid control character at: line 1 column 36 (char 35)",  # torn: the next line follows it
+    ]

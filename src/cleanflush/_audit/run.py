@@ -180,20 +180,35 @@ def served_line(text: str) -> Served:
     line = json.loads(text)
     if not isinstance(line, dict) or line.get("kind") != KIND:
         raise ValueError("not a served entry")
-    for name, kind in (
-        ("op", str),
-        ("key", str),
-        ("source", str),
-        ("shipped", str),
-        ("offered", list),
-        ("specs", dict),
-        ("call", dict),
-    ):
+    for name, kind in LINE_FIELDS:
         if not isinstance(line.get(name), kind):
             raise ValueError(f"its {name} is not a {kind.__name__}")
     if not all(isinstance(label, str) for label in line["offered"]):
         raise ValueError("its offered configs are not names")
+    if not all(isinstance(spec, dict) and isinstance(spec.get("kwargs"), dict) for spec in line["specs"].values()):
+        raise ValueError("its specs are not configs")
+    entry = line.get("entry")
+    if entry is not None and not (
+        isinstance(entry, dict)
+        and isinstance(entry.get("family"), str)
+        and isinstance(entry.get("signature"), str)
+        and isinstance(entry.get("config"), dict)
+    ):
+        raise ValueError("its table entry is not a family, a signature and a config")
+    if not isinstance(line.get("table", ""), str) or not isinstance(line.get("device") or "", str):
+        raise ValueError("its table or device is not a name")
     return line  # type: ignore[return-value]  # checked above: the keys a served line needs
+
+
+LINE_FIELDS = (
+    ("op", str),
+    ("key", str),
+    ("source", str),
+    ("shipped", str),
+    ("offered", list),
+    ("specs", dict),
+    ("call", dict),
+)
 
 
 def to_price(lines: list[Served]) -> list[ToPrice]:
