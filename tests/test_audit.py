@@ -685,5 +685,5 @@ def test_a_torn_or_hostile_recorder_line_is_skipped_with_why_and_the_others_kept
     assert [line.split(": skipped, ")[1] for line in bad] == [
         "its table entry is not a family, a signature and a config",
         "its specs are not configs",
-        "Invalid control character at: line 1 column 36 (char 35)",  # torn: the next line follows it
+        "Invalid control character at: line 1 column 36 (char 35)",  # torn: its string ends at the newline
     ]
