@@ -520,7 +520,7 @@ def test_bare_cleanflush_lists_its_commands():
     out = cli([])
     assert out.returncode == 2 and out.stdout == ""
     listed = [line.split()[0] for line in out.stderr.splitlines() if line.startswith("    ") and line[4] != " "]
-    assert listed == ["status", "run", "ab", "verify"] and "exit codes:" in out.stderr
+    assert listed == ["status", "run", "ab", "audit", "verify"] and "exit codes:" in out.stderr
 
 
 def test_status_says_each_pick_rule_and_check_fails_on_an_invalid_one():

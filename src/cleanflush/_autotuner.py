@@ -185,6 +185,9 @@ def has_hooks(tuner: Any) -> bool:
 
 def _bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = wrapped(*args, **kwargs)
+    seen = getattr(instance, "cache", None)
+    if isinstance(seen, TunerCache):  # a config timed: what is stored next was tuned, not served
+        seen.timed += 1
     rule = _pick.current_rule()
     chooses = rule.choose is not None
     if "config" not in kwargs or not (chooses or _agree.active(chooses)):

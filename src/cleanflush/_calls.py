@@ -122,13 +122,9 @@ def before_call(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tu
     names = list(getattr(tuner, "arg_names", []) or [])
     if not written or not names:
         return None
-    given = {**dict(zip(names, args)), **kwargs}
-    named = {name: value for name, value in given.items() if name in names}
-    key = [named[k] for k in getattr(tuner, "keys", []) if k in named]
-    key += [str(value.dtype) for value in named.values() if hasattr(value, "dtype")]
     cache = getattr(tuner, "cache", None)
     cache = getattr(cache, "data", cache)  # the dict a TunerCache keeps: asked without a count
-    if isinstance(cache, dict) and tuple(key) in cache:  # tuned already: no record comes
+    if isinstance(cache, dict) and tuning_key(tuner, args, kwargs) in cache:  # tuned already: no record comes
         return None
     import torch
 
@@ -144,6 +140,17 @@ def before_call(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tu
         return arg.new_empty(0).set_(copy, arg.storage_offset(), arg.size(), arg.stride())
 
     return tuple(before(arg) if name in written else arg for name, arg in zip(names, args)) + tuple(args[len(names) :])
+
+
+def tuning_key(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The key Triton's ``Autotuner.run`` looks the call up by: the tuner's key arguments, then
+    the dtype of every argument that has one (triton-lang/triton 0094017; 3.0-3.9 alike)."""
+    names = list(getattr(tuner, "arg_names", []) or [])
+    given = {**dict(zip(names, args)), **kwargs}
+    named = {name: value for name, value in given.items() if name in names}
+    key = [named[k] for k in getattr(tuner, "keys", []) if k in named]
+    key += [str(value.dtype) for value in named.values() if hasattr(value, "dtype")]
+    return tuple(key)
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

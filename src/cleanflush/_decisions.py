@@ -17,6 +17,10 @@ one JSON line when it is made, in whichever process makes it:
   max-autotune modes), which walks on from that kept config: every config it timed and the
   one it kept, which is the one the kernel runs.
 
+Under ``cleanflush audit`` (``CLEANFLUSH_AUDIT`` set too), a Triton pick served without tuning
+(a preloaded table, Triton's disk cache, a library's table) goes to the audit's recorder
+(``_audit.served``) instead, with its call.
+
 Choices are named by what they are, not by per-process counters (``triton_mm_12``), so the
 same choice can be matched across runs.
 """
@@ -187,19 +191,23 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
         kwargs = {**kwargs, "grid": grids}
     # an in-place kernel's data as the autotuner timed it, before this call writes it
     kept = _calls.before_call(instance, args, kwargs) if folder is not None else None
+    audit = _audit_watch(instance, cache, args, kwargs)
     result = wrapped(*args, **kwargs)
 
     def made() -> list[Tuned]:
         # a new key whose timings are new: it was benchmarked now (a key filled from Triton's
         # disk cache leaves the previous key's timings in place; nothing to record then); or a
-        # new key whose pick was agreed elsewhere (another rank, the pick file), not tuned here
+        # new key whose pick was agreed elsewhere (another rank, the pick file), not tuned here;
+        # under ``cleanflush audit``, a key served without tuning is the audit's, not a decision
         if cache is None or before is None:
             return []
         tuned = getattr(instance, "configs_timings", None) is not timings_before
         timings = dict(getattr(instance, "configs_timings", {}) or {}) if tuned else {}
-        new = [key for key in set(cache.data) - before if tuned or key in cache.agreed]
+        fresh = list(set(cache.data) - before)
+        served = _audit_served(audit, fresh, kept or args, kwargs, grids, folder)
+        new = [key for key in fresh if key not in served and (tuned or key in cache.agreed)]
         found = [triton_decision(instance, key, timings, cache.data[key]) for key in new]
-        if folder is not None:  # in an ab run: each decision's call, recorded to price its picks
+        if folder is not None and _env.audit_path() is None:  # in an ab run: each decision's call, to price its picks
             for decision in found:
                 if decision["timings_ms"]:
                     decision["call"] = _call_record(instance, kept or args, kwargs, grids, folder, decision)
@@ -209,6 +217,30 @@ def _autotuner_run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
 
     _record("triton", "a Triton autotuning decision", made)
     return result
+
+
+def _audit_watch(tuner: Any, cache: TunerCache | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Under ``cleanflush audit``: what its recorder (``_audit.served``) sees of a call before it runs."""
+    if cache is None or _env.audit_path() is None or _env.calls_folder() is None:
+        return None
+    from ._audit import served
+
+    try:
+        return served.watch(tuner, cache, args, kwargs)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a tuner of another layout: not audited
+        warn_once("decisions:audit", f"could not see whether {cache.op} was served without tuning ({exc!r})")
+        return None
+
+
+def _audit_served(
+    audit: Any, fresh: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any], grids: Any, folder: str | None
+) -> set[Any]:
+    """The keys the call was served without tuning (recorded by ``_audit.served``), under ``cleanflush audit``."""
+    if audit is None or folder is None:
+        return set()
+    from ._audit import served
+
+    return served.served(audit, fresh, args, kwargs, grids, folder)
 
 
 def _call_record(

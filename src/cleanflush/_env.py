@@ -36,6 +36,9 @@ start-up hook (``_cleanflush_boot``, stdlib only) is looked up here, for the "of
 ``CLEANFLUSH_AB_CALLS``
     A folder where a Triton autotuning call is recorded, the first time a key is tuned, so
     that ``cleanflush ab`` can make it again to time its picks (``cleanflush ab`` sets it).
+``CLEANFLUSH_AUDIT``
+    A file every autotuning pick served without tuning (a preloaded table, Triton's disk
+    cache, a library's own table) is appended to, with its call (``cleanflush audit`` sets it).
 
 Values are read without regard to case or surrounding spaces.
 """
@@ -54,6 +57,7 @@ DISABLE_VAR = "CLEANFLUSH_DISABLE"
 REPORT_VAR = "CLEANFLUSH_REPORT"
 DECISIONS_VAR = "CLEANFLUSH_DECISIONS"
 CALLS_VAR = "CLEANFLUSH_AB_CALLS"
+AUDIT_VAR = "CLEANFLUSH_AUDIT"
 PICK_VAR = "CLEANFLUSH_PICK"
 PICK_FLOOR_VAR = "CLEANFLUSH_PICK_FLOOR"
 PICK_AGAIN_VAR = "CLEANFLUSH_PICK_AGAIN_MS"
@@ -66,6 +70,7 @@ VARIABLES = (
     REPORT_VAR,
     DECISIONS_VAR,
     CALLS_VAR,
+    AUDIT_VAR,
     PICK_VAR,
     PICK_FLOOR_VAR,
     PICK_AGAIN_VAR,
@@ -203,6 +208,10 @@ def decisions_path() -> str | None:
 
 def calls_folder() -> str | None:
     return os.environ.get(CALLS_VAR) or None
+
+
+def audit_path() -> str | None:
+    return os.environ.get(AUDIT_VAR) or None
 
 
 def value(name: str) -> str | None:

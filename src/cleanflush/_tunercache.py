@@ -7,10 +7,11 @@ missing it times the configs and stores its pick with ``self.cache[key] = min(ti
 other reads are by ``[]`` (``run`` and ``check_disk_cache``, read at triton-lang/triton
 0094017; the installed 3.0-3.9 alike).  ``TunerCache`` wraps the autotuner's own dict and reads
 and writes through it, so a reference the job took to that dict sees every key tuned after.
-Each lookup is handed to the ``LOOKUPS`` hooks (which may fill the key: a pick agreed
-elsewhere), each store to the ``STORES`` hooks, in order (each may replace the value: the rule's
-pick, the agreed pick).  Libraries' subclasses that override ``run`` keep both paths as long as
-they store their pick in ``cache``.
+It counts the configs the tuner times (``timed``), so a store can be told from a pick served
+without tuning (``cleanflush audit``).  Each lookup is handed to the ``LOOKUPS`` hooks (which
+may fill the key: a pick agreed elsewhere), each store to the ``STORES`` hooks, in order (each
+may replace the value: the rule's pick, the agreed pick).  Libraries' subclasses that override
+``run`` keep both paths as long as they store their pick in ``cache``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class TunerCache(MutableMapping[Any, Any]):
         self.data, self.tuner, self.op = found, tuner, op_name(tuner)
         self.found: dict[Any, Any] = {}  # key -> the rule's ``Picked`` (``_autotuner`` writes it)
         self.agreed: dict[Any, str] = {}  # key -> where the stored pick came from (``_agree`` writes it)
+        # configs timed through the tuner's ``_bench`` (``_autotuner`` counts them): a key stored
+        # after none was timed was served, not tuned (Triton's disk cache, a library's own write)
+        self.timed = 0
 
     def __contains__(self, key: object) -> bool:
         for hook in LOOKUPS:

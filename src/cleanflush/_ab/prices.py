@@ -86,10 +86,14 @@ def price_one(path: str, labels: list[str], read: Any, rounds: int, calls: int) 
     call = Call.load(path, read.device)
     launches = {label: call.launch(label, before_kernel=read.sum) for label in labels}
     times = kernel_times(launches, kernel_name(call), rounds, calls)
-    prices = {
+    return {"prices": as_prices(times), "rounds": rounds, "calls": calls, "kernel": kernel_name(call)}
+
+
+def as_prices(times: dict[str, list[float]]) -> dict[str, PickPrice]:
+    """label -> its price from each round's time: the median of the rounds, their lowest and highest."""
+    return {
         label: PickPrice(us=statistics.median(ts), low=min(ts), high=max(ts), rounds=ts) for label, ts in times.items()
     }
-    return {"prices": prices, "rounds": rounds, "calls": calls, "kernel": kernel_name(call)}
 
 
 def kernel_times(

@@ -1,9 +1,9 @@
-"""Command line: ``cleanflush status``, ``run``, ``ab`` and ``verify``, one module each.
+"""Command line: ``cleanflush status``, ``run``, ``ab``, ``audit`` and ``verify``, one module each.
 
 Exit codes, for every command: 0 success, 1 the check failed (verify FAIL, ``status
---check`` found a problem, a run of ``ab`` failed), 2 usage error, 3 cannot run here, 130
-interrupted; ``run`` exits with its command's own code (126: it cannot be run, 127: not
-found), ``ab`` with 143 or 129 where it was terminated or hung up.
+--check`` found a problem, a run of ``ab`` or ``audit``'s job failed), 2 usage error, 3 cannot run
+here, 130 interrupted; ``run`` exits with its command's own code (126: it cannot be run, 127:
+not found), ``ab`` and ``audit`` with 143 or 129 where they were terminated or hung up.
 ``--json`` means the same everywhere: alone, the JSON record on stdout (and everything else
 on stderr); with a path, the record written there.  Paths are checked before any work.
 """
@@ -17,10 +17,10 @@ import sys
 import cleanflush
 
 from .._env import POLICY_VAR
-from . import ab, run, status, verify
+from . import ab, audit, run, status, verify
 from ._output import EXIT_CODES, EXIT_USAGE, quiet_broken_pipe
 
-COMMANDS = {"status": status, "run": run, "ab": ab, "verify": verify}
+COMMANDS = {"status": status, "run": run, "ab": ab, "audit": audit, "verify": verify}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ from typing import IO, Any
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
 EXIT_CODES = (
     "exit codes: 0 success, 1 check failed, 2 usage error, 3 cannot run here, 130 interrupted; run: the "
-    "command's own, 126 it cannot be run, 127 it is not found; ab: 143 terminated, 129 hung up"
+    "command's own, 126 it cannot be run, 127 it is not found; ab and audit: 143 terminated, 129 hung up"
 )
 
 
