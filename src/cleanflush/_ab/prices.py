@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .._calls import Call, kernel_name
 from .records import PickPrice, Price, Prices, ToPrice
@@ -63,6 +63,19 @@ def price_all(decisions: list[ToPrice], folder: str, rounds: int, calls: int) ->
     return found
 
 
+T = TypeVar("T")
+
+
+def contained(work: Callable[[], T]) -> tuple[T | None, str | None]:
+    """(``work()``, None), or (None, one line saying why it failed): a recorded kernel that cannot
+    be found, made again or launched, or whose module exits when imported, costs its own entry
+    alone."""
+    try:
+        return work(), None
+    except (Exception, SystemExit) as exc:  # a kernel that cannot be found, made, launched, or exits: said for it alone
+        return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
 def price_decision(decision: ToPrice, folder: str, read: Any, rounds: int, calls: int) -> Price:
     """One decision with its prices, or why it has none: whatever its kernel does when it is
     found, made again or launched costs this decision's price alone."""
@@ -71,10 +84,9 @@ def price_decision(decision: ToPrice, folder: str, read: Any, rounds: int, calls
     if file is None:
         result["error"] = decision.get("error") or "no call recorded"
         return result
-    try:
-        priced = price_one(os.path.join(folder, file), decision["candidates"], read, rounds, calls)
-    except (Exception, SystemExit) as exc:  # a kernel that cannot be found, made, launched, or exits: said for it alone
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    priced, why = contained(lambda: price_one(os.path.join(folder, file), decision["candidates"], read, rounds, calls))
+    if priced is None:
+        result["error"] = why
         return result
     result["prices"], result["rounds"] = priced["prices"], priced["rounds"]
     result["calls"], result["kernel"] = priced["calls"], priced["kernel"]

@@ -65,11 +65,8 @@ def price_all(entries: list[ToPrice], folder: str, settings: Settings) -> list[P
 def price_entry(entry: ToPrice, folder: str, read: Any, settings: Settings) -> Priced:
     """One entry's clean pick and prices, or why it has none: whatever its kernel does when it is
     found, made again or launched costs this entry alone."""
-    try:
-        return _priced(entry, os.path.join(folder, entry["file"]), read, settings)
-    # a kernel that cannot be found, made again or launched, or whose module exits when imported
-    except (Exception, SystemExit) as exc:
-        return Priced(id=entry["id"], error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+    priced, why = ab_prices.contained(lambda: _priced(entry, os.path.join(folder, entry["file"]), read, settings))
+    return priced if priced is not None else Priced(id=entry["id"], error=why or "it failed")
 
 
 def _priced(entry: ToPrice, path: str, read: Any, settings: Settings) -> Priced:
