@@ -114,7 +114,7 @@ def _benchmark_all_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], k
         return wrapped(*args, **kwargs)
     order = list(getattr(instance, "launchers", None) or [])
     decision = kernel_decision(instance, order)
-    found = _agree.in_file(decision, _agree.here()) or _agree.published(decision, chooses) if agreeing else None
+    found = (_agree.in_file(decision, _agree.here()) or _agree.published(decision, chooses)) if agreeing else None
     taken = next((one for one in order if launcher_label(one) == found.pick), None) if found else None
     if found is not None and taken is not None:  # agreed elsewhere: nothing tuned here
         return _taken(instance, order, taken, found)
