@@ -13,7 +13,17 @@ interleaved over ``ROUNDS`` rounds (medians of the rounds):
 * ``window, write-read``: the same window, do_bench under ``write-read``, whose flush resets
   the set-aside first (``cleanflush._persist``).
 * ``window, write-read without the reset``: the negative control, ``_persist.before_flush``
-  made a no-op: a write and a read of 2 x L2 alone.
+  made a no-op: a write and a read of 2 x L2 alone (and the limit read after it);
+* ``no window, stock flush``: the stock flush's own write-back penalty, so that the window's
+  effect under it is the difference between the two stock rows;
+* ``window, no flush`` and ``no window, no flush``: back to back with nothing between calls,
+  whether the window keeps the weight in L2 at all.
+
+What the first run on an H100 found (benchmarks/results/h100/persist.json) missed the
+predictions below: with the window the weight was no faster than cold after write-read with
+or without the reset (12.6 and 12.7 us against 13.5), and the stock flush's row (20.9 us)
+held its own write-back penalty, which no row of that run measured apart.  The last three
+rows were added for that.
 
 The window and the limit are set with this file's own ctypes on the libcudart torch loaded
 (``Setter``), not with cleanflush's binding.  Then the host, per call, median of
@@ -33,7 +43,7 @@ Predictions, written before the first run (an H100 SXM, 50 MiB L2):
   30-45 us of host time per write-read flush (benchmarks/results/h100, ``hosttime``); a
   reading 1-3 us (a device switch and a runtime call; cuda-python's more than ctypes').
 
-Run on a GPU, from the repository root:  python -m benchmarks.persist
+Run on a GPU, from the repository root:  python -m benchmarks.persist [OUT_DIR]
 """
 
 from __future__ import annotations
@@ -147,6 +157,9 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
             fn()  # the weight's lines persisted (or not) before the timing
         torch.cuda.synchronize()
 
+    def back_to_back() -> float:
+        return statistics.median(_measure.timed_loop(lambda: None, fn, 300))
+
     def bench(policy: str) -> float:
         with cleanflush.policy(policy):
             return float(triton.testing.do_bench(fn, return_mode="median")) * 1e3
@@ -165,6 +178,13 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
             persisting(True)
             with without_the_reset():
                 times.setdefault("window, write-read without the reset", []).append(bench("write-read"))
+            found["limit_without_the_reset"] = setter.limit()
+            persisting(False)  # the stock flush's own penalty, without a window: what the window changes
+            times.setdefault("no window, stock flush", []).append(bench("write"))
+            persisting(True)  # the window with no flush at all: whether it keeps the weight in L2
+            times.setdefault("window, no flush", []).append(back_to_back())
+            persisting(False)
+            times.setdefault("no window, no flush", []).append(back_to_back())
     found.update(_after(setter, _persist, device, found["max_persisting"]))
     setter.set_limit(found["default_limit"])  # the GPU as it was found
     return {
@@ -223,17 +243,22 @@ def host_costs(calls: int = HOST_CALLS) -> dict[str, float]:
     return {"check per flush, ns": check_ns, "one reading of the limit, ns": reading_ns}
 
 
-def main() -> None:
-    import torch
-
+def main(argv: list[str] | None = None) -> None:
+    """The record, printed and written to OUT_DIR/persist.json (``python -m benchmarks.persist [OUT_DIR]``)."""
     import cleanflush
 
+    from .common import machine
+
+    args = argv if argv is not None else sys.argv[1:]
     cleanflush.install()
-    print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
-    record = measure()
+    record = {"study": "persist", "machine": machine(), **measure()}
     if "skip" not in record:
         record["host"] = host_costs()
     print(json.dumps(record, indent=1))
+    if args:
+        os.makedirs(args[0], exist_ok=True)
+        with open(os.path.join(args[0], "persist.json"), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -254,8 +254,13 @@ def jitter_bench(kernel_call, quantiles=None, **kw):
 def pre(nargs):
     block.append(nargs["BLOCK"])
 
+def own_configs(configs, named_args, **kwargs):  # a library's pruner that makes configs of its own
+    return [triton.Config(dict(c.kwargs), num_warps=2, pre_hook=pre) for c in configs]
+
+PRUNE = {"early_config_prune": own_configs} if os.environ.get("PRUNER") else None
+
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=pre) for b in BASE], key=["n"], do_bench=jitter_bench,
-                 restore_value=["x_ptr"])
+                 restore_value=["x_ptr"], prune_configs_by=PRUNE)
 @triton.jit
 def add_one(x_ptr, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -503,3 +508,12 @@ def test_a_pick_file_alone_turns_cleanflush_on_at_start_up(tmp_path):
     assert run_python(code, env={"CLEANFLUSH_PICK_FILE": str(tmp_path / "p.json")}).stdout.strip() == "True"
     out = run_python("import sys, torch; print('cleanflush' in sys.modules)")
     assert out.stdout.strip() == "False"  # the negative control: nothing set, nothing loaded
+
+
+@needs_autotune_do_bench
+def test_fresh_runs_keep_the_first_runs_picks_where_a_pruner_makes_configs_of_its_own(tmp_path):
+    picks = tmp_path / "picks.json"
+    runs = [fresh_run(tmp_path, seed, CLEANFLUSH_PICK_FILE=str(picks), PRUNER="1")[0] for seed in range(4)]
+    assert all(run["picks"] == runs[0]["picks"] for run in runs)  # taken where the pick is stored
+    control = [fresh_run(tmp_path, 10 + seed, CLEANFLUSH="1", PRUNER="1")[0]["picks"] for seed in range(4)]
+    assert any(c != control[0] for c in control)  # the negative control: no file, each run its own

@@ -435,7 +435,7 @@ def _mismatch(entry: Entry, decision: Decision, here: dict[str, str]) -> str | N
         return "its candidate configs are others now"
     if entry.decision.kernel != decision.kernel:
         return "the kernel's source changed"
-    if entry.pick not in decision.configs:
+    if entry.pick not in decision.configs and entry.pick not in entry.timings_ms:  # a pruner's config was timed
         return f"its pick {entry.pick!r} is none of the configs"
     for what in ("gpu", "triton", "torch"):
         if getattr(entry, what) != here[what]:

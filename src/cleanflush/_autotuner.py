@@ -74,7 +74,7 @@ def _on_lookup(cache: TunerCache, key: Any) -> None:
 
 def _on_store(cache: TunerCache, key: Any, value: Any) -> Any:
     """The pick about to be stored for ``key``: the rule's, where it chooses and can; then the
-    one published first for it where ranks agree through a store."""
+    pick file's, or the one published first where ranks agree through a store."""
     sweep = SWEEPS.pop(id(cache), None)  # the call's tensors are not kept past its pick
     rule = _pick.current_rule()
     timed = sweep.timed if sweep is not None else {}
@@ -85,12 +85,14 @@ def _on_store(cache: TunerCache, key: Any, value: Any) -> Any:
             value = picked.winner
     if not _agree.active(rule.choose is not None):
         return value
+    # the pick file's, else the one published first: found among the configs this call timed
+    # too (a pruner may make configs of its own, which the lookup could not name)
+    decision, chooses = decision_of(cache, key), rule.choose is not None
     spent = ms(timed[value]) if value in timed else None
-    first = _agree.publish(decision_of(cache, key), str(value), spent, rule.choose is not None)
-    configs = list(timed) + list(getattr(cache.tuner, "configs", ()))
-    taken = _config(configs, first.pick) if first is not None else None
-    if first is not None and taken is not None:
-        cache.agreed[key] = first.source
+    found = _agree.in_file(decision, _agree.here()) or _agree.publish(decision, str(value), spent, chooses)
+    taken = _config(list(timed) + list(getattr(cache.tuner, "configs", ())), found.pick) if found else None
+    if found is not None and taken is not None:
+        cache.agreed[key] = found.source
         return taken
     return value
 
@@ -194,12 +196,12 @@ def _bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str,
         return result
     # seen from here too: a library's subclass may tune through its own run, not Autotuner.run
     cache = cache_of(instance, needed_by=f"the {rule.name} pick rule" if chooses else "agreeing on picks")
-    if cache is None or not chooses:
+    if cache is None:
         return result
-    sweep = SWEEPS.setdefault(id(cache), Sweep())
+    sweep = SWEEPS.setdefault(id(cache), Sweep())  # what the rule chooses among, and agreement finds a pick in
     if not sweep.timing_again:
         sweep.timed[kwargs["config"]] = result
-        if rule.times_again:
+        if chooses and rule.times_again:
             sweep.call = (args, {k: v for k, v in kwargs.items() if k != "config"})
     return result
 

@@ -1,10 +1,13 @@
-"""On a CUDA GPU: a one-row GEMV whose weight sits in a persisting L2 window (the limit at its
-most, hit ratio 1) stays warm through the stock flush, and through a write-read whose reset
-of persisting L2 is turned off (the negative control: a write and a read alone do not evict
-persisting lines); after cleanflush's write-read it is as cold as after a plain read with
-no window at all.  The measurement is benchmarks/persist.py's, made in a fresh process (the
-set-aside is a setting of the process's CUDA context: none leaks into the other tests),
-which gets ``TIMEOUT_S`` and fails with its output past it.
+"""On a CUDA GPU, with part of L2 set aside for persisting lines and a window over a one-row
+GEMV's weight: cleanflush's write-read resets the set-aside (the limit reads 0 after it),
+fails nowhere, and gives the limit back at uninstall; after it the weight is as cold as after
+a plain read with no window.  The measurement is benchmarks/persist.py's, made in a fresh
+process (the set-aside is a setting of the process's CUDA context: none leaks into the other
+tests), which gets ``TIMEOUT_S`` and fails with its output past it.
+
+Whether the stock flush leaves such a weight warm is the study's question, not asserted here:
+on an H100 the window's weight was no faster than cold after any flush, the stock flush's own
+write-back penalty on top (benchmarks/results/h100/persist.json; docs/limits.md).
 Run: pytest -m gpu -s tests/gpu/test_persist_gpu.py"""
 
 import json
@@ -21,7 +24,6 @@ pytest.importorskip("triton")
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300  # the child takes well under a minute on an H100 (imports, a warm-up, 20 do_bench calls)
-WARM = 0.85  # "clearly faster": a warm weight's GEMV at most this share of the cold one's time
 COLD = 0.93  # cold again: at least this share (do_bench after a clean flush runs within a few % of the plain read)
 
 
@@ -54,22 +56,16 @@ def record():
     return found
 
 
-def test_the_stock_flush_leaves_a_persisting_weight_warm(record):
-    us = record["us"]
-    assert us["window, stock flush"] <= WARM * us["no window"], us
-
-
-def test_negative_control_a_write_read_without_the_reset_leaves_it_warm(record):
-    # what cleanflush's flush was before the reset: it would pass the cold check below only by luck
-    us = record["us"]
-    assert us["window, write-read without the reset"] <= WARM * us["no window"], us
-
-
 def test_cleanflushs_write_read_leaves_it_cold_and_the_set_aside_given_back_at_uninstall(record):
     us = record["us"]
     assert us["window, write-read"] >= COLD * us["no window"], us
-    assert us["window, write-read"] >= us["window, stock flush"] / WARM, us
-    assert record["limit_after_write_read"] == 0
+    assert record["limit_after_write_read"] == 0  # the reset ran: the set-aside is gone
     assert record["resets"] >= 1 and record["binding"] is not None
     assert record["status"] == []  # nothing failed, nothing fell back
     assert record["given_back"]
+
+
+def test_the_negative_control_keeps_the_set_aside(record):
+    # the same write-read with the reset turned off: the limit must still read what was set,
+    # or the reset above is not what emptied it
+    assert record["limit_without_the_reset"] == record["max_persisting"]

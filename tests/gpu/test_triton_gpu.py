@@ -172,6 +172,7 @@ def test_verify_record_has_the_shape_the_cpu_tests_judge(tmp_path):
         for varies in ("ncu", "targets"):
             record.pop(varies)
         record["machine"].pop("other_processes")  # other users of the GPU vary
+    live.pop("persisting_l2")  # read since the recorded run; the CPU judge tests do not judge it
     assert shape(live) == shape(real)
     assert per_round_lengths(live) == {2}
 
