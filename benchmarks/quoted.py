@@ -28,6 +28,7 @@ PAGES = (
     "README.md",
     "docs/policies.md",
     "docs/pick.md",
+    "docs/limits.md",
     "benchmarks/results/h200/README.md",
     "benchmarks/results/h100/README.md",
 )
@@ -423,6 +424,38 @@ def hosttime_table(folder: Path) -> str:
     return "\n".join(lines) + "\n\n" + bullets + "\n" + _prose(caption)
 
 
+def startup_table(folder: Path) -> str:
+    """docs/limits.md's start-up table, from the CPU machine's record (whatever the page's GPU folder)."""
+    record = _record("startup", RESULTS / "cpu")
+    start, extra = record["start_ms"], record["start_extra_ms"]
+    after, torch_ms = record["import_after_torch_ms"], record["import_torch_ms"]
+    status = record["status_against_import_torch"]
+    boot = {value: sum(us for name, us in record["importtime_us"][value]) / 1e3 for value in ("0", "1")}
+    rows = [
+        ("`python -c pass`, `CLEANFLUSH` unset", f"{start['unset']:.2f} ms", ""),
+        ("the same with `CLEANFLUSH=0`",
+         f"{extra['0']:+.2f} ms (the start-up hook, {boot['0']:.1f} ms in `-X importtime`)", "within 1 ms"),
+        ("the same with `CLEANFLUSH=1`",
+         f"{extra['1']:+.2f} ms (the start-up hook, {boot['1']:.1f} ms; neither cleanflush nor wrapt)", "within 1 ms"),
+        ("`import cleanflush` after `import torch`, against `import wrapt` after `import torch`",
+         f"{after['cleanflush']:.2f} ms against {after['wrapt']:.2f} ms: {record['cleanflush_over_wrapt_ms']:+.1f} ms",
+         "at most +5 ms"),
+        ("`python -c \"import torch\"`, `CLEANFLUSH=1` against unset",
+         f"{torch_ms['1']:.0f} ms against {torch_ms['unset']:.0f} ms: {torch_ms['1'] - torch_ms['unset']:+.0f} ms", ""),
+        ("`cleanflush status` against `python -c \"import torch\"`",
+         f"{status['status_ms']['median']:.0f} ms against {status['import_torch_ms']['median']:.0f} ms: "
+         f"{status['status_over_import_torch_ms']['median']:+.0f} ms (its imports alone: "
+         f"{status['probe_imports_over_import_torch_ms']['median']:+.0f} ms)", "at most +1500 ms"),
+    ]  # fmt: skip
+    lines = ["| what | result | goal |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    caption = (
+        f"(`startup` study of {_date(record)}, benchmarks/results/cpu/startup.json: {record['cpus']} CPUs, wrapt "
+        f"{record['wrapt']}, fresh interpreters interleaved pair by pair, {record['pairs']} pairs, medians, bytecode "
+        "caches warm.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
 RENDER: dict[str, Callable[[Path], str]] = {
     "pick": pick_table,
     "pick-replay": pick_replay_table,
@@ -436,6 +469,7 @@ RENDER: dict[str, Callable[[Path], str]] = {
     "readsize": readsize_table,
     "synced": synced_table,
     "hosttime": hosttime_table,
+    "startup": startup_table,
 }
 
 

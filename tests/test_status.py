@@ -317,3 +317,16 @@ def test_check_names_every_invalid_setting(monkeypatch):
         assert len([p for p in found if p.startswith(f"{name}=") or p.startswith(f"{name} ")]) == 1, (name, found)
         assert any(repr(value) in p or value in p for p in found), value
     assert len(found) == len(bad)
+
+
+def test_status_check_of_named_targets_imports_only_what_they_need():
+    code = """
+        import sys
+        from cleanflush.cli import main
+        code = main(["status", "--check", "{names}", "--json", "-"])
+        print("torch._inductor" in sys.modules, file=sys.stderr)
+        """
+    triton = run_python(code.replace("{names}", "triton"))
+    assert triton.stderr.strip().splitlines()[-1] == "False", triton.stderr  # Inductor left unimported
+    both = run_python(code.replace("{names}", "triton,inductor"))
+    assert both.stderr.strip().splitlines()[-1] == "True", both.stderr  # the negative control

@@ -182,16 +182,16 @@ def _pick_file_state(path: str) -> str:
     return f"{entries} decision(s) in {len(names)} file(s)"
 
 
-def _probe(progress: bool) -> list[dict[str, Any]]:
-    """Import what the core targets need, so that their rows tell the truth; an installed
-    package whose import fails is a row of its own."""
+def _probe(progress: bool, wanted: list[str] | None = None) -> list[dict[str, Any]]:
+    """Import what the core targets need (those in ``wanted``, where given), so that their rows
+    tell the truth; an installed package whose import fails is a row of its own."""
     errors = []
     start = time.perf_counter()
     with warnings.catch_warnings(), _prints_to_stderr():
         warnings.simplefilter("ignore")  # torch's own import warnings are not ours to show
         for target in _registry.TARGETS:
-            if not target.probe or _targets.version(target) is None:
-                continue  # nothing to import for it, or not installed (its row says so)
+            if not target.probe or _targets.version(target) is None or (wanted and target.name not in wanted):
+                continue  # nothing to import for it, not installed (its row says so), or not asked about
             for module in target.probe:
                 if module in sys.modules:
                     continue
@@ -237,8 +237,10 @@ def _prints_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
-def collect(progress: bool = False) -> dict[str, Any]:
-    """The record behind ``cleanflush status``."""
+def collect(progress: bool = False, wanted: list[str] | None = None) -> dict[str, Any]:
+    """The record behind ``cleanflush status``: the targets in ``wanted`` (every target, where
+    None) are imported so that their rows tell the truth; the others' rows say what they are
+    without it (Inductor's import alone is most of status's time)."""
     start = _env.AT_START
     value = start[_env.POLICY_VAR]
     policy, says = programs_get(value, waking(start))
@@ -246,7 +248,7 @@ def collect(progress: bool = False) -> dict[str, Any]:
     if not cleanflush.is_installed():  # CLEANFLUSH=0 or invalid here: find out what *would* be patched
         _env.export(_env.POLICY_VAR, None)
         cleanflush.install()
-    errors = _probe(progress)
+    errors = _probe(progress, wanted)
     disabled = _env.parse_disabled(start[_env.DISABLE_VAR], _registry.NAMES)
     rows = [row.as_dict() for row in cleanflush.status()] + errors
     if off:  # what they would get is nothing; what is patchable stays in the detail
@@ -342,7 +344,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"cleanflush status: {problem}", file=sys.stderr)
         return EXIT_USAGE
     wanted = _wanted(args.check, parser)
-    data = collect(progress=sys.stderr.isatty())
+    data = collect(progress=sys.stderr.isatty(), wanted=wanted)
     data["problems"] = problems(data, wanted)
     verdict = ""
     if args.check:
