@@ -986,3 +986,22 @@ def test_a_timing_process_that_dies_saying_bytes_that_are_no_text_is_named(tmp_p
         environ_without_cleanflush(), str(tmp_path), folders, _ab.sides_of(_ab.FLUSH, "write-read")
     )
     assert record == {"graphs": [], "problems": ["the timing process failed (exit 3): died \ufffd here"]}
+
+
+@pytest.mark.parametrize(
+    ("pick", "why"),
+    [
+        (None, "pick is not a mapping but NoneType"),
+        ("stable", "pick is not a mapping but str"),
+        ({"rule": "stable", "candidates": ["a"], "fastest": "a", "band": "1%", "floor": 0.01}, "band, floor"),
+        ({"rule": "stable", "candidates": 3, "fastest": "a", "band": 0.01, "floor": 0.01}, "candidates is not a list"),
+        ({"rule": "stable", "fastest": "a", "band": 0.01, "floor": 0.01}, "pick has no candidates"),
+    ],
+)
+def test_a_decision_line_whose_pick_is_no_pick_is_skipped_with_why(tmp_path, pick, why):
+    good = {"kind": "triton", "op": "k", "key": "1", "timings_ms": {"a": 1.0}, "winner": "a"}
+    path = tmp_path / "decisions.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "key": "2", "pick": pick}) + "\n")
+    found, bad = _ab.read_decisions(str(path))
+    assert [d["key"] for d in found] == ["1"]  # the good line stays; ab goes on
+    assert len(bad) == 1 and ":2: skipped, " in bad[0] and why in bad[0]

@@ -403,3 +403,12 @@ def test_a_decision_is_priced_from_its_own_record_and_keeps_what_its_pricing_fou
         nothing = {"key": key, "file": None, "error": error, "candidates": ["a", "b"]}
         assert prices.price_decision(nothing, str(tmp_path), "read", 2, 7) == {"key": key, "error": says or error}
     assert len(seen) == 1  # no record: nothing priced
+
+
+def test_a_decision_is_kept_where_its_call_cannot_be_recorded(tmp_path):
+    tuner = types.SimpleNamespace(base_fn=test_a_decision_is_kept_where_its_call_cannot_be_recorded)
+    (tmp_path / "a-file").write_text("")
+    for folder in (tmp_path / "missing", tmp_path / "a-file"):
+        why = _calls.record(tuner, (torch.ones(2),), {}, None, [], str(folder / "call.pt"))
+        assert why == f"the folder it would be recorded in, {str(folder)!r}, is not a folder"
+    assert _calls.record(tuner, (torch.ones(2),), {}, None, [], str(tmp_path / "call.pt")) is None  # the control
