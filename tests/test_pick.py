@@ -1145,8 +1145,10 @@ def test_a_one_config_decision_gets_no_stable_record_and_the_cache_keeps_dict_me
     lines = {
         json.loads(line)["key"]: json.loads(line) for line in decisions.read_text().splitlines() if '"key"' in line
     }
-    one = next(d for key, d in lines.items() if key.startswith("(1024"))
-    assert len(one["timings_ms"]) == 1 and "pick" not in one  # one config: nothing to choose among
+    one = next((d for key, d in lines.items() if key.startswith("(1024")), None)
+    # one config: nothing to choose among (triton 3.9 on does not even time it: no decision)
+    assert one is None or (len(one["timings_ms"]) == 1 and "pick" not in one)
+    assert found["picks"]["1024"] == 16
     assert "pick" in next(d for key, d in lines.items() if key.startswith("(512"))
     assert found["copy"] == "dict" and found["copied"] == found["merged"] == 3 and found["repr"]
 
