@@ -2,6 +2,8 @@
 Autotuner under Triton's interpreter in jobs of several ranks launched by ``torchrun`` (gloo),
 where each rank's timings jitter so that the autotuner's own pick differs between ranks."""
 
+import importlib.util
+import inspect
 import json
 import os
 import socket
@@ -9,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+import types
+import warnings
 
 import pytest
 
@@ -517,3 +521,165 @@ def test_fresh_runs_keep_the_first_runs_picks_where_a_pruner_makes_configs_of_it
     assert all(run["picks"] == runs[0]["picks"] for run in runs)  # taken where the pick is stored
     control = [fresh_run(tmp_path, 10 + seed, CLEANFLUSH="1", PRUNER="1")[0]["picks"] for seed in range(4)]
     assert any(c != control[0] for c in control)  # the negative control: no file, each run its own
+
+
+# ---- what each hook names a decision by (#70's mutation sample, seed 20261207) ------------
+
+KERNEL_SOURCE = """
+import triton, triton.language as tl
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"])
+@triton.jit
+def add(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(x_ptr + i, tl.load(x_ptr + i) + ADDED)
+"""
+
+
+def autotuned(tmp_path, folder, added):
+    """The kernel ``kern.add`` as a module of that name in ``folder`` defines it (a run of a job)."""
+    pytest.importorskip("triton")
+    path = tmp_path / folder / "kern.py"
+    path.parent.mkdir()
+    path.write_text(KERNEL_SOURCE.replace("ADDED", added))
+    spec = importlib.util.spec_from_file_location("kern", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.add
+
+
+def test_a_triton_decision_names_its_kernels_source_so_a_changed_kernel_is_tuned_again(tmp_path, monkeypatch, capsys):
+    from cleanflush import _autotuner, _tunercache
+
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    key = (256, "torch.float32")
+    first = autotuned(tmp_path, "first", "1")
+    decision = _autotuner.decision_of(_tunercache.cache_of(first), key)
+    _agree.write(_agree.entry(decision, str(first.configs[1]), "stable", "write", {}))
+    same = autotuned(tmp_path, "same", "1")  # the same source in a later run: the file's pick is taken
+    assert key in _tunercache.cache_of(same) and same.cache[key] is same.configs[1]
+    changed = autotuned(tmp_path, "changed", "2")  # the same kernel name, key and configs; another source
+    assert key not in _tunercache.cache_of(changed)
+    assert "kern.add (256, 'torch.float32') is tuned again here: the kernel's source changed" in capsys.readouterr().err
+
+
+def test_a_tuner_whose_picks_cannot_be_seen_is_said_once_where_picks_are_agreed(tmp_path, monkeypatch):
+    from cleanflush import _autotuner
+
+    class Own(dict):
+        pass
+
+    def tuner(name):  # a library's tuner that keeps its picks in a mapping of its own, every key cached
+        return types.SimpleNamespace(
+            cache=Own({(256,): "BLOCK: 16"}), fn=types.SimpleNamespace(__module__="lib", __name__=name)
+        )
+
+    untuned = tuner("k")
+    assert _autotuner._run(lambda: "ran", tuner("control"), (), {}) == "ran"  # no file, no store: nothing to say
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    said = "^cleanflush: lib.k keeps its picks in a Own, not a dict: agreeing on picks cannot see them"
+    with pytest.warns(RuntimeWarning, match=said):
+        assert _autotuner._run(lambda: "ran", untuned, (), {}) == "ran"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _autotuner._run(lambda: "ran", untuned, (), {}) == "ran"  # said once
+    assert type(untuned.cache) is Own and not (tmp_path / "picks.json").exists()
+
+
+def inductor_kernel(sweep, size_hints=None):
+    from .test_pick import kernel_tuner
+
+    tuner, launchers, timed = kernel_tuner(sweep, {1: 1.003, 8: 1.0})
+    tuner.size_hints = size_hints or tuner.size_hints
+    return tuner, launchers, timed
+
+
+def test_inductors_kernel_configs_are_kept_in_the_pick_file_and_taken_for_the_same_kernel_and_sizes(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    tuner, launchers, _ = inductor_kernel({1: 1.004, 8: 1.0})  # 8 the fastest, 1 first within the band
+    with cleanflush.pick("stable"):
+        tuner.autotune_to_one_config()
+    assert tuner.launchers == [launchers[1]]
+    [entry] = json.loads((tmp_path / "picks.json").read_text())["entries"]
+    assert entry["decision"]["kind"] == "inductor-kernel" and entry["decision"]["op"] == "triton_red_fused_mv_0"
+    assert entry["decision"]["key"] == "{'x': 4096, 'r0_': 4096}" and entry["rule"] == "stable"
+    assert entry["pick"] == str(launchers[1].config)
+    later, launchers, timed = inductor_kernel({1: 1.5, 8: 1.0})  # a later run, where 8 is clearly faster
+    later.autotune_to_one_config()
+    assert later.launchers == [launchers[1]] and timed == [] and launchers[8].kernel.closed  # the file's, untimed
+    other, launchers, timed = inductor_kernel({1: 1.5, 8: 1.0}, size_hints={"x": 2048, "r0_": 4096})
+    other.autotune_to_one_config()  # the control: other sizes are another decision, tuned here
+    assert other.launchers == [launchers[8]] and len(timed) == 2
+
+
+class Choice:
+    """An algorithm-selection choice as Inductor names one (``name`` with its running index)."""
+
+    def __init__(self, name, description):
+        self.name, self.description = name, description
+
+
+class Node:
+    """An input node: its size and dtype."""
+
+    def __init__(self, *size):
+        self.size = size
+
+    def get_size(self):
+        return list(self.size)
+
+    def get_dtype(self):
+        return "torch.bfloat16"
+
+
+def selected(sweep, again, inputs, rule="fastest"):
+    """Inductor's algorithm selection among three choices (its ``autotune`` as a stand-in with the
+    installed one's parameters, the rule's wrapper around it): the timings it hands back, the
+    choices, and how often a choice was timed again."""
+    select = pytest.importorskip("torch._inductor.select_algorithm")
+    from cleanflush import _inductor_pick
+
+    choices = [Choice(f"triton_mm_{random_index}", f"BLOCK_M={m}") for random_index, m in ((3, 64), (4, 128))]
+    choices.append(Choice("mkl_linear", ""))
+    swept = dict(zip(choices, sweep))
+
+    def autotune(self, name, input_nodes, layout, input_gen_fns, choices, hint_override=None, is_collective=False,
+                 precompile_key=None):  # fmt: skip
+        return dict(swept)
+
+    real = list(inspect.signature(select.AlgorithmSelectorCache.autotune).parameters)
+    assert list(inspect.signature(autotune).parameters) == real
+
+    class Selector:
+        timed_again = 0
+
+        def benchmark(self, choices, input_nodes, layout, input_gen_fns):
+            Selector.timed_again += 1
+            return {c: dict(zip(swept, again))[c] for c in choices}
+
+    me = Selector()
+    kwargs = {"input_gen_fns": None, "choices": choices}
+    with cleanflush.pick(rule):
+        kept = _inductor_pick._autotune(autotune.__get__(me), me, ("mm", inputs, object()), kwargs)
+    return kept, choices, Selector.timed_again
+
+
+def test_inductors_algorithm_selection_is_kept_in_the_pick_file_and_taken_for_the_same_inputs(tmp_path, monkeypatch):
+    from cleanflush import _inductor_pick
+
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    inputs = [Node(64, 128), Node(128, 32)]
+    kept, choices, timed_again = selected((1.004, 1.0, 1.5), (1.004, 1.0, 1.5), inputs, "stable")
+    assert min(kept, key=kept.__getitem__) is choices[0] and timed_again == 4  # the stable pick: first within the band
+    [entry] = json.loads((tmp_path / "picks.json").read_text())["entries"]
+    assert entry["decision"]["kind"] == "inductor" and entry["decision"]["op"] == "mm"
+    assert entry["decision"]["key"] == "64x128 bfloat16, 128x32 bfloat16" and entry["pick"] == "triton_mm BLOCK_M=64"
+    assert entry["rule"] == "stable" and entry["timings_ms"]["triton_mm BLOCK_M=128"] == 1.0
+    kept, choices, timed_again = selected((1.5, 1.0, 2.0), (), [Node(64, 128), Node(128, 32)])  # a later run
+    assert min(kept, key=kept.__getitem__) is choices[0] and timed_again == 0  # the file's pick, in new choices
+    assert _inductor_pick.agreed_in(kept) == _agree.FROM_FILE and kept[choices[1]] == 1.0
+    kept, choices, _ = selected((1.5, 1.0, 2.0), (), [Node(32, 128), Node(128, 32)])  # the control: other inputs
+    assert min(kept, key=kept.__getitem__) is choices[1] and _inductor_pick.agreed_in(kept) is None
+    assert len(json.loads((tmp_path / "picks.json").read_text())["entries"]) == 2  # that decision kept too

@@ -1344,3 +1344,64 @@ def test_inductors_algorithm_selection_takes_the_choice_another_rank_published(m
     _agree.publish(decision, "extern_mm", 1.05, chooses=False)  # another rank published b first
     kept = _inductor_pick._autotune(autotune.__get__(object()), object(), ("mm", [], None, None, [a, b]), {})
     assert min(kept, key=kept.get) is b and _inductor_pick.agreed_in(kept) == "another rank"
+
+
+# ---- what the mutation sample of 2026-12-07 found no test pinned (#70, seed 20261207) ----
+
+
+def test_a_config_alone_in_the_window_carries_the_timers_resolution():
+    tick = _pick.TICK_MS
+    alone = _pick.stable(["a", "b"], {"a": 100 * tick, "b": 200 * tick}, never, 0.01)  # single readings, a alone
+    assert alone.candidates == ["a"] and alone.noise is None and alone.timed_again == {}
+    assert alone.resolution == pytest.approx(0.025) == alone.band  # 2.5 ticks of 100: wider than the 1% floor
+    assert alone.line()["resolution"] == pytest.approx(0.025)
+    averaged = _pick.stable(["a", "b"], {"a": 100.3 * tick, "b": 200 * tick}, never, 0.01)  # off the step
+    assert averaged.resolution == 0.0 and averaged.band == 0.01  # the control: the floor alone
+
+
+VALID_PICK = {"rule": "stable", "candidates": ["A"], "fastest": "B", "band": 0.02, "floor": 0.01}
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"rule": 1}, "pick: rule or fastest is not a string"),
+        ({"candidates": []}, "pick: candidates is not a list of config names"),
+        ({"candidates": "A"}, "pick: candidates is not a list of config names"),
+        ({"band": "0.02"}, "pick: band, floor, shared_ms, again_s or resolution is not a number"),
+        ({"resolution": math.inf}, "pick: band, floor, shared_ms, again_s or resolution is not a number"),
+        ({"noise": "high"}, "pick: noise is not a number"),
+        ({"too_noisy": 1}, "pick: too_noisy is not true or false"),
+        ({"timed_again": {"A": "1.0"}}, "pick: timed_again is not a mapping of config names to numbers"),
+        ({"timed_again": [1.0]}, "pick: timed_again is not a mapping of config names to numbers"),
+        ({"rounds_ms": {"A": [1.0, None]}}, "pick: rounds_ms is not a mapping of config names to lists of numbers"),
+        ({"floor": None}, "pick: band, floor, shared_ms, again_s or resolution is not a number"),
+    ],
+)
+def test_a_pick_read_from_a_decision_line_says_in_one_line_what_is_wrong(changes, said):
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        _pick.Picked.from_line({**VALID_PICK, **changes})
+    read = _pick.Picked.from_line({**VALID_PICK, "unknown": 1})  # the control: the valid line is read
+    assert read.winner == "A" and read.fastest == "B" and read.band == 0.02
+
+
+@pytest.mark.parametrize(("line", "said"), [(None, "pick is not a mapping but NoneType"), ({}, "pick has no rule")])
+def test_a_pick_that_is_no_record_says_so_in_one_line(line, said):
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        _pick.Picked.from_line(line)
+
+
+def test_inductors_kernel_configs_are_timed_with_the_calls_keyword_arguments_too():
+    tuner, launchers, timed = kernel_tuner({1: 1.004, 8: 1.0}, {1: 1.003, 8: 1.0})
+    seen = []
+    real = tuner.bench
+
+    def bench(launcher, *args, **kwargs):
+        seen.append(kwargs)
+        return real(launcher, *args, **kwargs)
+
+    tuner.bench = bench
+    with cleanflush.pick("stable"):
+        tuner.autotune_to_one_config("in", out="out")
+    assert tuner.launchers == [launchers[1]] and len(timed) == 6  # the sweep's two, then the rule's four
+    assert seen == [{"out": "out"}] * 6  # the sweep and every timing again saw the call's keyword arguments
