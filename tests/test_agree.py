@@ -641,7 +641,7 @@ def selected(sweep, again, inputs, rule="fastest"):
     select = pytest.importorskip("torch._inductor.select_algorithm")
     from cleanflush import _inductor_pick
 
-    choices = [Choice(f"triton_mm_{random_index}", f"BLOCK_M={m}") for random_index, m in ((3, 64), (4, 128))]
+    choices = [Choice(f"triton_mm_{index}", f"BLOCK_M={m}") for index, m in ((3, 64), (4, 128))]
     choices.append(Choice("mkl_linear", ""))
     swept = dict(zip(choices, sweep))
 
