@@ -638,6 +638,58 @@ def test_the_graph_timer_streams_its_copies_from_memory_and_the_search_is_cut_to
     assert price._leaders(["a", "b", "c", "d"], swept, 8) == ["a", "b", "c", "d"]
 
 
+def test_the_graph_timer_replays_every_graph_untimed_before_its_first_timed_round(monkeypatch):
+    import torch
+
+    from cleanflush._audit import graph
+
+    seen = []  # what the GPU was asked to do, in order
+
+    class Graph:
+        def __init__(self, label):
+            self.label = label
+
+        def replay(self):
+            seen.append(("replay", self.label))
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            seen.append(("timed",))
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 1.0
+
+    class Call:
+        args, kwargs = [], {}
+
+        def launch(self, label, tuning_hooks):
+            return lambda: None
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"L2_cache_size": 50 << 20}))
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    labels = iter(["shipped", "clean"])
+    monkeypatch.setattr(graph, "_captured", lambda launches: Graph(next(labels)))
+    monkeypatch.setattr(graph, "WARM_UP_S", 0.02)
+    prices, _ = graph.graph_prices(Call(), ["shipped", "clean"], rounds=3)
+    before = seen[: seen.index(("timed",))]
+    assert set(before) == {("replay", "shipped"), ("replay", "clean")}  # both warmed, untimed
+    assert before.count(("replay", "shipped")) >= 2  # more than one round: warmed for a while, not once
+    assert len(prices["shipped"]["rounds"]) == 3  # the warm-up adds no timed round
+    monkeypatch.setattr(graph, "warm_up", lambda graphs, seconds=0.0: 0)  # the negative control: no warm-up
+    seen.clear()
+    labels = iter(["shipped", "clean"])
+    graph.graph_prices(Call(), ["shipped", "clean"], rounds=3)
+    assert seen[0] == ("timed",)
+
+
 TUNED_KERNEL = (
     KERNEL
     + """
