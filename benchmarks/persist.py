@@ -19,11 +19,13 @@ interleaved over ``ROUNDS`` rounds (medians of the rounds):
 * ``window, no flush`` and ``no window, no flush``: back to back with nothing between calls,
   whether the window keeps the weight in L2 at all.
 
-What the first run on an H100 found (benchmarks/results/h100/persist.json) missed the
-predictions below: with the window the weight was no faster than cold after write-read with
-or without the reset (12.6 and 12.7 us against 13.5), and the stock flush's row (20.9 us)
-held its own write-back penalty, which no row of that run measured apart.  The last three
-rows were added for that.
+What the runs on an H100 found (benchmarks/results/h100/persist.json) missed the predictions
+below: with the window the weight was no faster than cold after write-read, with or without the
+reset (12.7 and 12.8 us against 13.6), and after the stock flush the window made the GEMV
+slower, not faster (20.8 us against 15.5 with no window).  The two rows with no flush timed the
+host's launches in the second run (25 us a call); they are now timed queued behind a hold.
+Predicted for them: both warm (the weight fits the L2 without a window), 6-9 us and within 5%
+of each other; a window that keeps lines would show only under a flush.
 
 The window and the limit are set with this file's own ctypes on the libcudart torch loaded
 (``Setter``), not with cleanflush's binding.  Then the host, per call, median of
@@ -59,6 +61,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 ROUNDS = 5
+HOLD_CYCLES = 100_000_000  # about 50 ms at 2 GHz: longer than the host takes to queue the calls
 HOST_CALLS = 20_000
 K = 4096
 PERSISTING, STREAMING = 2, 1  # cudaAccessProperty
@@ -157,8 +160,17 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
             fn()  # the weight's lines persisted (or not) before the timing
         torch.cuda.synchronize()
 
-    def back_to_back() -> float:
-        return statistics.median(_measure.timed_loop(lambda: None, fn, 300))
+    def back_to_back(calls: int = 200) -> float:
+        # the GPU held busy while the host queues every call, so no launch gap is timed (timed
+        # one by one with nothing between them, the first run timed the host: 25 us a call)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(HOLD_CYCLES)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return float(start.elapsed_time(end)) * 1e3 / calls
 
     def bench(policy: str) -> float:
         with cleanflush.policy(policy):
