@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 import textwrap
 from collections.abc import Callable
@@ -29,6 +30,7 @@ PAGES = (
     "docs/policies.md",
     "docs/pick.md",
     "docs/limits.md",
+    "docs/audit.md",
     "benchmarks/results/h200/README.md",
     "benchmarks/results/h100/README.md",
 )
@@ -456,6 +458,107 @@ def startup_table(folder: Path) -> str:
     return "\n".join(lines) + "\n\n" + _prose(caption)
 
 
+H100 = RESULTS / "h100"  # the studies run on an H100 only (ranks, persist, audit), whatever the page's folder
+
+
+def _audit_records() -> list[dict[str, Any]]:
+    """The audit study's span records of gemlite's group-128 GEMV_REVSPLITK entries, in order."""
+    paths = sorted(H100.glob("audit-gemlite-revsplitk-128*.json"), key=lambda p: int(re.findall(r"\d+", p.stem)[-2]))
+    if not paths:
+        raise FileNotFoundError(f"{H100}/audit-gemlite-revsplitk-128*.json is missing (python -m benchmarks audit)")
+    return [json.loads(path.read_text()) for path in paths]
+
+
+def _one_timer_slower(entry: dict[str, Any]) -> bool:
+    """A right entry that one timer alone found slower beyond its noise and the floor."""
+    return entry["class"] == "right" and any(
+        entry["ratio"][t] - 1 > max(entry["noise"][t], 0.02) for t in entry.get("ratio", {})
+    )
+
+
+def audit_summary(folder: Path) -> str:
+    """docs/audit.md's and the H100 README's result: gemlite's group-128 GEMV_REVSPLITK entries audited."""
+    records = _audit_records()
+    entries = [e for r in records for e in r["audit"]["entries"]]
+    count = {c: sum(e["class"] == c for e in entries) for c in ("wrong", "undecided", "right", "not auditable")}
+    lone = sum(_one_timer_slower(e) for e in entries)
+    wrong = [e for e in entries if e["class"] == "wrong"]
+    steps = [r["step"] for r in records if "corrected_over_shipped" in r["step"]]
+    per_entry = [e["seconds"] for e in entries if e.get("seconds")]
+    graph_noise = [e["noise"]["graph"] for e in entries if "noise" in e]
+    cupti_noise = [e["noise"]["cupti"] for e in entries if "noise" in e]
+    graph_rounds = [p["rounds"] for e in entries for p in e.get("prices_us", {}).get("graph", {}).values()]
+    first_slowest = sum(rounds[0] == max(rounds) for rounds in graph_rounds)
+    compile_s = statistics.median(s.get("compile", 0.0) for s in per_entry)
+    total_s = statistics.median(sum(s.values()) for s in per_entry)
+    lines = ["| entry (N x K) | CUPTI after a plain read | CUDA graph over copies | cost a call |", "|---|---|---|---|"]
+    for e in wrong:
+        n, k = re.findall(r"\d+", e["key"])[1:3]
+        ratio = e["ratio"]
+        lines.append(f"| {n} x {k} | {ratio['cupti'] - 1:+.1%} | {ratio['graph'] - 1:+.1%} | {e['cost_us']:.2f} us |")
+    step = " ".join(
+        f"The corrected table, loaded in gemlite over the shipped one, made the decoding step of the "
+        f"{len(s['corrected_us'])}-round graph {1 - s['corrected_over_shipped']:.1%} faster "
+        f"({statistics.median(s['shipped_us']):.1f} against {statistics.median(s['corrected_us']):.1f} us; "
+        f"rounds {min(s['ratios']):.3f}-{max(s['ratios']):.3f})."
+        for s in steps
+    )
+    text = (
+        f"Of the {len(entries)} group-128 GEMV_REVSPLITK entries of gemlite's shipped h100.json, audited on an "
+        f"H100 with gemlite's `fast` search ({_date(records[0])}): {count['wrong']} wrong by both timers, "
+        f"{count['undecided']} undecided, {count['right']} right ({lone} of them slower by one timer and within "
+        f"the other's noise), {count['not auditable']} not auditable. The graph timer's noise had a median of "
+        f"{statistics.median(graph_noise):.1%} (the CUPTI timer's {statistics.median(cupti_noise):.1%}); its first "
+        f"round was its slowest in {first_slowest} of {len(graph_rounds)} prices. {step} An entry took "
+        f"{total_s:.1f} s to audit (median; {compile_s:.1f} s of it compiling the configs), against a goal of 30 s."
+    )
+    return _prose(text) + "\n" + "\n".join(lines) + "\n"
+
+
+def ranks_table(folder: Path) -> str:
+    """The ranks study: agreement with the store off and on, prices, and the pick-file runs."""
+    record = _record("ranks", H100)
+    lines = [
+        "| job (4 ranks, one H100) | alike, store off | alike, store on | agreed pick's price over the ranks' own "
+        "| a rank's time, off / on | fresh runs with a pick file: alike, picks taken, wall |",
+        "|---|---|---|---|---|---|",
+    ]
+    for job, data in record["jobs"].items():
+        off, on, runs = data["sides"]["off"], data["sides"]["on"], data["runs"]
+        ratios = [r["ratio"] for r in data["agreed_over_own"]]
+        walls = "/".join(f"{w:.0f}" for w in runs["wall_s"])
+        lines.append(
+            f"| {job} | {off['agreement']['alike']} of {off['agreement']['decisions']} "
+            f"| {on['agreement']['alike']} of {on['agreement']['decisions']} "
+            f"| {min(ratios):.3f}-{max(ratios):.3f} (mean {statistics.fmean(ratios):.3f}) "
+            f"| {statistics.median(off['rank_s'].values()):.1f} / {statistics.median(on['rank_s'].values()):.1f} s "
+            f"| {runs['agreement']['alike']} of {runs['agreement']['decisions']}, "
+            f"{'/'.join(map(str, runs['taken_from_file']))}, {walls} s |"
+        )
+    dates = ", ".join(f"{job} {data['date']}" for job, data in record["jobs"].items())
+    caption = (
+        f"(`ranks` study, benchmarks/results/h100/ranks.json ({dates}): under `stable`, every rank tuning at once; "
+        "the price is the CUPTI price after a plain read of each priced Triton decision, the agreed pick over "
+        "the mean of the store-off ranks' picks; a rank's time is its median wall time in the job.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
+def persist_table(folder: Path) -> str:
+    """The persist study's rows: the GEMV whose weight lies in a persisting window, after each flush."""
+    record = _record("persist", H100)
+    lines = ["| the one-row GEMV (us, median of rounds) | time |", "|---|---|"]
+    lines += [f"| {name} | {us:.1f} |" for name, us in record["us"].items()]
+    caption = (
+        f"(`persist` study of {_date(record)}, benchmarks/results/h100/persist.json: a weight of "
+        f"{record['weight_bytes'] / MiB:.1f} MiB in a window of {record['window'] / MiB:.1f} MiB; the set-aside "
+        f"after write-read {record['limit_after_write_read']} bytes, after the control "
+        f"{record.get('limit_without_the_reset', 'not read')} bytes; the check costs the host "
+        f"{record['host']['check per flush, ns'] / 1e3:.2f} us a flush.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
 RENDER: dict[str, Callable[[Path], str]] = {
     "pick": pick_table,
     "pick-replay": pick_replay_table,
@@ -470,6 +573,9 @@ RENDER: dict[str, Callable[[Path], str]] = {
     "synced": synced_table,
     "hosttime": hosttime_table,
     "startup": startup_table,
+    "audit": audit_summary,
+    "ranks": ranks_table,
+    "persist": persist_table,
 }
 
 
