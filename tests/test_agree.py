@@ -279,15 +279,15 @@ if os.environ.get("STORE_GONE"):
         os._exit(0)  # the rank that hosts the store leaves before anyone tunes
     time.sleep(1)
 time.sleep(float(os.environ.get("STAGGER", "0")) * rank)
-picks, swept = {}, {}
+picks, swept, timed = {}, {}, {}
 for n in keys:
     x = torch.zeros(n)
     before = len(tuned)
     add_one[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, n)
     assert float(x.sum()) == n
-    picks[n], swept[n] = add_one.best_config.kwargs["BLOCK"], len(tuned) > before
+    picks[n], swept[n], timed[n] = add_one.best_config.kwargs["BLOCK"], len(tuned) > before, len(tuned) - before
 with open(os.path.join(os.environ["OUT"], f"rank-{rank}.json"), "w") as f:
-    json.dump({"picks": picks, "swept": swept, "world": world}, f)
+    json.dump({"picks": picks, "swept": swept, "timed": timed, "world": world}, f)
 """
 
 
@@ -343,6 +343,14 @@ def test_a_rank_that_finds_the_pick_published_skips_the_tuning(tmp_path):
     assert alike(found) == {"64", "128", "192", "256"}  # stable turns the store on by itself
     assert all(found[0]["swept"].values())  # rank 0 came first and tuned every key
     assert not any(v for r in (1, 2, 3) for v in found[r]["swept"].values())  # the others took its picks
+
+
+@needs_autotune_do_bench
+def test_a_rank_that_finds_the_pick_published_times_only_that_config_where_a_pruner_makes_them(tmp_path):
+    found, _, _ = torchrun(tmp_path, 2, {"CLEANFLUSH_PICK": "stable", "STAGGER": "2", "PRUNER": "1"})
+    assert alike(found) == {"64", "128", "192", "256"}
+    assert min(found[0]["timed"].values()) >= 4  # rank 0 came first and tuned every config its pruner made
+    assert set(found[1]["timed"].values()) <= {0, 1}  # rank 1 only the published pick, if that
 
 
 @needs_autotune_do_bench
@@ -519,6 +527,8 @@ def test_fresh_runs_keep_the_first_runs_picks_where_a_pruner_makes_configs_of_it
     picks = tmp_path / "picks.json"
     runs = [fresh_run(tmp_path, seed, CLEANFLUSH_PICK_FILE=str(picks), PRUNER="1")[0] for seed in range(4)]
     assert all(run["picks"] == runs[0]["picks"] for run in runs)  # taken where the pick is stored
+    assert set(runs[0]["timed"].values()) == {4}  # the first run tunes every config its pruner made
+    assert all(set(run["timed"].values()) <= {0, 1} for run in runs[1:])  # later ones only the file's pick, if that
     control = [fresh_run(tmp_path, 10 + seed, CLEANFLUSH="1", PRUNER="1")[0]["picks"] for seed in range(4)]
     assert any(c != control[0] for c in control)  # the negative control: no file, each run its own
 

@@ -8,6 +8,9 @@ rule to the pick about to be stored.  A lookup that misses starts a new sweep: w
 sweep that raised noted is dropped.  Libraries' subclasses that override ``run`` keep both paths
 as long as they time through ``_bench`` and store in ``cache``.  A single config, or a key read
 from Triton's disk cache (``cache_results=True``): nothing timed, so nothing to choose among.
+A pick agreed elsewhere (another rank, the pick file) is stored at the lookup where it is one of
+the tuner's configs; where a pruner makes configs of its own, ``prune_configs`` hands the tuner
+that config alone, so the key is not tuned again.
 Under a rule that changes picks, the disk cache is written with the kept config at the
 fastest's time less a billionth, so every process that reads the file keeps the writer's pick.
 ``fastest`` costs nothing: ``_bench`` asks the rule and returns.
@@ -48,6 +51,8 @@ class Sweep:
     timed: dict[Any, Any] = field(default_factory=dict)  # config -> its timing
     call: tuple[tuple[Any, ...], dict[str, Any]] | None = None  # what those timings ran
     timing_again: bool = False  # the rule's own timings are not the sweep's
+    wanted: str | None = None  # a pick agreed elsewhere that none of the tuner's own configs is
+    offered: list[Any] = field(default_factory=list)  # the pruner's config that is that pick
 
 
 # id of a tuner's cache -> its sweep (every wrapped cache lives until uninstall: ids stay its own)
@@ -70,6 +75,8 @@ def _on_lookup(cache: TunerCache, key: Any) -> None:
     if found is not None and config is not None:
         cache.data[key] = config
         cache.agreed[key] = found.source
+    elif found is not None:  # a pruner may make it: looked for among what the pruner offers
+        SWEEPS[id(cache)] = Sweep(wanted=found.pick)
 
 
 def _on_store(cache: TunerCache, key: Any, value: Any) -> Any:
@@ -90,7 +97,8 @@ def _on_store(cache: TunerCache, key: Any, value: Any) -> Any:
     decision, chooses = decision_of(cache, key), rule.choose is not None
     spent = ms(timed[value]) if value in timed else None
     found = _agree.in_file(decision, _agree.here()) or _agree.publish(decision, str(value), spent, chooses)
-    taken = _config(list(timed) + list(getattr(cache.tuner, "configs", ())), found.pick) if found else None
+    offered = sweep.offered if sweep is not None else []
+    taken = _config([*timed, *offered, *getattr(cache.tuner, "configs", ())], found.pick) if found else None
     if found is not None and taken is not None:
         cache.agreed[key] = found.source
         return taken
@@ -206,6 +214,22 @@ def _bench(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str,
     return result
 
 
+def _prune_configs(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The pruner's configs; where a pick agreed elsewhere is one of them, that config alone
+    (a pruner that makes configs of its own: the others are not timed again)."""
+    pruned = wrapped(*args, **kwargs)
+    cache = getattr(instance, "cache", None)
+    sweep = SWEEPS.get(id(cache)) if isinstance(cache, TunerCache) else None
+    if sweep is None or sweep.wanted is None or not isinstance(pruned, list):
+        return pruned
+    agreed = _config(pruned, sweep.wanted)
+    sweep.wanted = None  # once: the pruner's next call (a warm-up) is its own
+    if agreed is None:  # other configs than the agreed pick's: tuned here
+        return pruned
+    sweep.offered = [agreed]
+    return [agreed]
+
+
 def _check_disk_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Triton's disk cache of picks, written with the kept config at the fastest's time less a
     billionth where the rule kept another: every reader's ``min()`` keeps the writer's pick."""
@@ -272,7 +296,8 @@ def apply(module: Any = None) -> None:
     if cls is None:
         return
     patches = _patching.patch_set(NAME)
-    for method, wrapper in (("_bench", _bench), ("check_disk_cache", _check_disk_cache), ("run", _run)):
+    wrappers = {"_bench": _bench, "check_disk_cache": _check_disk_cache, "run": _run, "prune_configs": _prune_configs}
+    for method, wrapper in wrappers.items():
         if method in vars(cls):
             patches.wrap(cls, method, wrapper)
 
