@@ -483,7 +483,7 @@ def audit_summary(folder: Path) -> str:
     count = {c: sum(e["class"] == c for e in entries) for c in ("wrong", "undecided", "right", "not auditable")}
     lone = sum(_one_timer_slower(e) for e in entries)
     wrong = [e for e in entries if e["class"] == "wrong"]
-    steps = [r["step"] for r in records if "corrected_over_shipped" in r["step"]]
+    steps = [(r["step"], len(r["audit"]["entries"])) for r in records if "corrected_over_shipped" in r["step"]]
     per_entry = [e["seconds"] for e in entries if e.get("seconds")]
     graph_noise = [e["noise"]["graph"] for e in entries if "noise" in e]
     cupti_noise = [e["noise"]["cupti"] for e in entries if "noise" in e]
@@ -497,11 +497,11 @@ def audit_summary(folder: Path) -> str:
         ratio = e["ratio"]
         lines.append(f"| {n} x {k} | {ratio['cupti'] - 1:+.1%} | {ratio['graph'] - 1:+.1%} | {e['cost_us']:.2f} us |")
     step = " ".join(
-        f"The corrected table, loaded in gemlite over the shipped one, made the decoding step of the "
-        f"{len(s['corrected_us'])}-round graph {1 - s['corrected_over_shipped']:.1%} faster "
-        f"({statistics.median(s['shipped_us']):.1f} against {statistics.median(s['corrected_us']):.1f} us; "
+        f"The corrected table, loaded in gemlite over the shipped one, made a decoding step over the span's "
+        f"{layers} layers (one CUDA graph, {len(s['corrected_us'])} rounds) {1 - s['corrected_over_shipped']:.1%} "
+        f"faster ({statistics.median(s['shipped_us']):.1f} against {statistics.median(s['corrected_us']):.1f} us; "
         f"rounds {min(s['ratios']):.3f}-{max(s['ratios']):.3f})."
-        for s in steps
+        for s, layers in steps
     )
     text = (
         f"Of the {len(entries)} group-128 GEMV_REVSPLITK entries of gemlite's shipped h100.json, audited on an "
