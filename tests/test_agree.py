@@ -693,3 +693,136 @@ def test_inductors_algorithm_selection_is_kept_in_the_pick_file_and_taken_for_th
     kept, choices, _ = selected((1.5, 1.0, 2.0), (), [Node(32, 128), Node(128, 32)])  # the control: other inputs
     assert min(kept, key=kept.__getitem__) is choices[1] and _inductor_pick.agreed_in(kept) is None
     assert len(json.loads((tmp_path / "picks.json").read_text())["entries"]) == 2  # that decision kept too
+
+
+# ---- agreement through the store, and decisions with one choice (#70's sample, seed 20261208) --
+
+
+def test_a_pick_file_entry_for_a_triton_decision_as_written_before_is_taken(tmp_path, monkeypatch):
+    """The pick file names a Triton decision's kind ``triton`` (as the decision lines do): a file
+    an earlier run wrote is taken by a later one; the same entry of another kind is not."""
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    key = (256, "torch.float32")
+    first = autotuned(tmp_path, "first", "1")
+    labels = tuple(str(c) for c in first.configs)
+    for kind, folder in (("inductor", "control"), ("triton", "later")):
+        decision = _agree.Decision(kind, "kern.add", repr(key), labels, _agree.kernel_hash(first))
+        _agree.write(_agree.entry(decision, labels[1], "stable", "write", {}))
+        _agree.FILE.stamp = None  # another process
+        later = autotuned(tmp_path, folder, "1")
+        from cleanflush import _tunercache
+
+        taken = key in _tunercache.cache_of(later) and later.cache[key] is later.configs[1]
+        assert taken == (kind == "triton"), kind
+
+
+def test_ranks_agree_on_inductors_algorithm_selection_through_the_store_without_a_pick_file(monkeypatch):
+    from cleanflush import _inductor_pick
+
+    cleanflush.pick_store(torch_distributed.HashStore())
+    inputs = [Node(64, 128), Node(128, 32)]
+    monkeypatch.setenv("RANK", "0")
+    kept, choices, _ = selected((1.004, 1.0, 1.5), (1.004, 1.0, 1.5), inputs, "stable")
+    assert min(kept, key=kept.__getitem__) is choices[0]  # rank 0's stable pick, published
+    monkeypatch.setenv("RANK", "1")
+    kept, choices, _ = selected((1.5, 1.0, 2.0), (1.5, 1.0, 2.0), inputs, "stable")  # 128 clearly faster here
+    assert min(kept, key=kept.__getitem__) is choices[0] and _inductor_pick.agreed_in(kept) == "rank 0"
+    monkeypatch.setenv("CLEANFLUSH_PICK_STORE", "off")  # the control: each rank its own pick
+    kept, choices, _ = selected((1.5, 1.0, 2.0), (1.5, 1.0, 2.0), inputs, "stable")
+    assert min(kept, key=kept.__getitem__) is choices[1] and _inductor_pick.agreed_in(kept) is None
+
+
+def test_ranks_agree_on_inductors_kernel_configs_through_the_store_without_a_pick_file(monkeypatch):
+    cleanflush.pick_store(torch_distributed.HashStore())
+    monkeypatch.setenv("RANK", "0")
+    tuner, launchers, _ = inductor_kernel({1: 1.004, 8: 1.0})
+    with cleanflush.pick("stable"):
+        tuner.autotune_to_one_config()
+    assert tuner.launchers == [launchers[1]]  # rank 0's stable pick, published
+    monkeypatch.setenv("RANK", "1")
+    later, launchers, timed = inductor_kernel({1: 1.5, 8: 1.0})  # 8 clearly faster here
+    with cleanflush.pick("stable"):
+        later.autotune_to_one_config()
+    assert later.launchers == [launchers[1]] and timed == []  # rank 0's, found before tuning
+    monkeypatch.setenv("CLEANFLUSH_PICK_STORE", "off")  # the control: each rank tunes its own
+    other, launchers, timed = inductor_kernel({1: 1.5, 8: 1.0})
+    with cleanflush.pick("stable"):
+        other.autotune_to_one_config()
+    assert other.launchers == [launchers[8]] and len(timed) == 2
+
+
+def test_an_algorithm_selection_of_one_choice_gets_no_stable_record_and_no_pick_file_entry(tmp_path, monkeypatch):
+    """One choice: nothing to choose among, so nothing is kept for it (as Triton's one config)."""
+    select = pytest.importorskip("torch._inductor.select_algorithm")
+    from cleanflush import _inductor_pick
+
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    params = list(inspect.signature(select.AlgorithmSelectorCache.autotune).parameters)
+
+    def autotune(self, name, input_nodes, layout, input_gen_fns, choices, hint_override=None, is_collective=False,
+                 precompile_key=None):  # fmt: skip
+        return {c: 1.0 + i / 2 for i, c in enumerate(choices)}  # a clear winner: nothing timed again
+
+    assert list(inspect.signature(autotune).parameters) == params
+    selector = types.SimpleNamespace(benchmark=lambda choices, input_nodes, layout, input_gen_fns: {})
+    inputs = [Node(64, 128), Node(128, 32)]
+    for choices in ([Choice("mkl_linear", "")], [Choice("mkl_linear", ""), Choice("triton_mm_1", "BLOCK_M=64")]):
+        call = {"input_gen_fns": None, "choices": choices}
+        with cleanflush.pick("stable"):
+            kept = _inductor_pick._autotune(autotune.__get__(selector), selector, ("mm", inputs, object()), call)
+        assert (_inductor_pick.picked_in(kept) is None) == (len(choices) == 1), len(choices)
+        entries = json.loads((tmp_path / "picks.json").read_text())["entries"] if len(choices) > 1 else []
+        assert (tmp_path / "picks.json").exists() == (len(choices) > 1) and len(entries) == len(choices) - 1
+
+
+def test_a_kernel_of_one_config_benchmarked_alone_gets_no_pick_file_entry(tmp_path, monkeypatch):
+    """A compiled module's ``benchmark_all_configs`` (Inductor's ``--benchmark-kernels``) times
+    every kernel, one config or more: a kernel of one config has no decision to keep."""
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    for sweep in ({8: 1.0}, {1: 1.5, 8: 1.0}):  # the second, the control: a decision, kept
+        from .test_pick import kernel_tuner
+
+        tuner, launchers, _ = kernel_tuner(sweep, {})
+        timings = tuner.benchmark_all_configs()
+        assert min(timings, key=timings.__getitem__) is launchers[8]
+        written = (tmp_path / "picks.json").exists()
+        assert written == (len(sweep) > 1), sweep
+
+
+def test_a_pick_stored_with_nothing_timed_here_takes_the_one_another_rank_published(tmp_path, monkeypatch):
+    """Triton's disk cache (``cache_results``) hands the tuner its stored pick with nothing timed
+    through ``_bench``: where another rank published the decision's pick first, that config (one
+    of the tuner's own) is kept."""
+    from cleanflush import _autotuner, _tunercache
+
+    cleanflush.pick_store(torch_distributed.HashStore())
+    kernel = autotuned(tmp_path, "job", "1")
+    cache = _tunercache.cache_of(kernel)
+    for key, store in (((256, "torch.float32"), "on"), ((512, "torch.float32"), "off")):  # off: the control
+        monkeypatch.setenv("CLEANFLUSH_PICK_STORE", store)
+        monkeypatch.setenv("RANK", "0")
+        assert _agree.publish(_autotuner.decision_of(cache, key), str(kernel.configs[1]), 1.0, True) is None
+        monkeypatch.setenv("RANK", "1")
+        with cleanflush.pick("stable"):
+            cache[key] = kernel.configs[0]  # as a disk cache hit stores it
+        assert (cache.data[key] is kernel.configs[1]) == (store == "on"), store
+
+
+def test_a_tuner_that_names_no_configs_takes_the_published_pick_among_those_it_timed(monkeypatch):
+    """A library's tuner that makes its configs per call (no ``configs`` of its own) and times
+    them through ``_bench``: the pick another rank published is found among those it timed."""
+    from cleanflush import _autotuner, _tunercache
+
+    cleanflush.pick_store(torch_distributed.HashStore())
+    tuner = types.SimpleNamespace(cache={}, fn=types.SimpleNamespace(__module__="lib", __name__="k"))
+    cache = _tunercache.cache_of(tuner)
+    for key, pick in (((256,), "BLOCK: 32"), ((512,), "BLOCK: 64")):  # 64 none it timed: the control
+        monkeypatch.setenv("RANK", "0")
+        assert _agree.publish(_autotuner.decision_of(cache, key), pick, 1.0, True) is None
+        monkeypatch.setenv("RANK", "1")
+        with cleanflush.pick("stable"):
+            assert key not in cache  # published before this rank tuned, but nothing it can name yet
+            for config, ms in (("BLOCK: 16", 1.0), ("BLOCK: 32", 1.5)):  # a clear winner: nothing timed again
+                _autotuner._bench(lambda *args, config, ms=ms: ms, tuner, (), {"config": config})
+            cache[key] = "BLOCK: 16"
+        assert cache.data[key] == (pick if pick == "BLOCK: 32" else "BLOCK: 16"), pick

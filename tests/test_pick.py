@@ -506,6 +506,22 @@ def test_timings_again_are_as_long_as_asked_with_tritons_do_bench_and_the_sweeps
     assert all(a == default for a in again)
 
 
+def test_timings_again_are_as_long_as_asked_for_a_tuner_that_took_do_bench_before_install():
+    """A tuner that resolved its benchmarker before cleanflush was installed holds Triton's
+    own ``do_bench``, which ``triton.testing`` now holds wrapped: timings again are as short as
+    asked there too; a job's own benchmark function keeps its length (#70's sample, seed 20261208)."""
+    testing = pytest.importorskip("triton.testing")
+    stock = testing.do_bench
+    original = getattr(stock, "__wrapped__", None)
+    if original is None:
+        pytest.skip("this triton's do_bench is not wrapped by cleanflush")
+    for bench in (original, stock):
+        shorter = _autotuner.shorter_bench(bench, 40.0)
+        assert shorter.func is bench and shorter.keywords == {"warmup": 8.0, "rep": 40.0}
+    assert _autotuner.shorter_bench(lambda kernel_call, quantiles=None: [1.0], 40.0) is None  # the control
+    assert _autotuner.shorter_bench(original, None) is None  # full: the sweep's length
+
+
 # A kernel whose autotuner restores its argument around each timing (``restore_value``), timed
 # by a clock that charges HOOK_MS to every timing and the config's own time to a launch: the
 # kernel stores its BLOCK, so the clock sees which config ran, or that none did (and whether
@@ -1032,6 +1048,21 @@ def test_coordinate_descent_steps_only_beyond_the_timers_resolution_under_stable
     assert descent(two, "stable") == 128
 
 
+def test_coordinate_descent_in_a_layout_the_rule_does_not_know_keeps_its_tuners_answer():
+    """``has_improvement(baseline, test)`` (torch 2.13's, a staticmethod) is the layout the floor
+    is applied to; a call of any other layout (an argument more, by position or by name, as a
+    later torch could add) keeps the tuner's own answer (#70's sample, seed 20261208)."""
+    from cleanflush import _inductor_pick
+
+    def stock(baseline, test, threshold=0.001):  # a layout with a threshold of its own
+        return test < baseline * (1 - threshold)
+
+    with cleanflush.pick("stable"):
+        assert _inductor_pick._has_improvement(stock, None, (1.0, 0.995), {}) is False  # the control: the floor
+        assert _inductor_pick._has_improvement(stock, None, (1.0, 0.995, 0.001), {}) is True
+        assert _inductor_pick._has_improvement(stock, None, (1.0, 0.995), {"threshold": 0.001}) is True
+
+
 def test_coordinate_descents_own_pick_is_recorded_named_as_its_tuner_names_configs(tmp_path, monkeypatch):
     from cleanflush import _decisions
 
@@ -1126,6 +1157,21 @@ def test_a_second_key_after_a_stable_re_timing_is_under_the_rule_too(tmp_path):
     assert found["picks"] == {"256": 64, "512": 16, "1024": 16}  # 512: the stable pick, not its fastest (32)
     fastest, _ = interpreted(tmp_path, "keys_job.py", KEYS_JOB, CLEANFLUSH="1", CLEANFLUSH_PICK="fastest")
     assert fastest["picks"]["512"] == 32  # the negative control
+
+
+@needs_autotune_do_bench
+@pytest.mark.xfail(
+    strict=True,
+    reason="#70: the rule's timings again are noted in a new Sweep (``_choose`` flags the one "
+    "``_on_store`` popped), which keeps their call's tensors until the tuner's next miss",
+)
+def test_a_stable_re_timing_leaves_no_sweep_holding_its_calls_tensors(tmp_path):
+    job = KEYS_JOB.replace("for n in (256, 512, 1024):", "from cleanflush import _autotuner\nfor n in (256, 512):")
+    job = job.replace('"repr":', '"left": [len(s.timed) for s in _autotuner.SWEEPS.values()], "repr":')
+    assert "_autotuner.SWEEPS" in job and "(256, 512)" in job  # every replace took
+    found, _ = interpreted(tmp_path, "keys_job.py", job, CLEANFLUSH="1", CLEANFLUSH_PICK="stable")
+    assert found["picks"] == {"256": 64, "512": 16}  # 512 timed 16 and 32 again
+    assert found["left"] == []
 
 
 @needs_autotune_do_bench
