@@ -1160,11 +1160,6 @@ def test_a_second_key_after_a_stable_re_timing_is_under_the_rule_too(tmp_path):
 
 
 @needs_autotune_do_bench
-@pytest.mark.xfail(
-    strict=True,
-    reason="#70: the rule's timings again are noted in a new Sweep (``_choose`` flags the one "
-    "``_on_store`` popped), which keeps their call's tensors until the tuner's next miss",
-)
 def test_a_stable_re_timing_leaves_no_sweep_holding_its_calls_tensors(tmp_path):
     job = KEYS_JOB.replace("for n in (256, 512, 1024):", "from cleanflush import _autotuner\nfor n in (256, 512):")
     job = job.replace('"repr":', '"left": [len(s.timed) for s in _autotuner.SWEEPS.values()], "repr":')

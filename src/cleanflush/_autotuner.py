@@ -82,7 +82,16 @@ def _on_lookup(cache: TunerCache, key: Any) -> None:
 def _on_store(cache: TunerCache, key: Any, value: Any) -> Any:
     """The pick about to be stored for ``key``: the rule's, where it chooses and can; then the
     pick file's, or the one published first where ranks agree through a store."""
-    sweep = SWEEPS.pop(id(cache), None)  # the call's tensors are not kept past its pick
+    # the sweep stays while the rule times again (its timings are flagged on it, not noted),
+    # then goes: the call's tensors are not kept past its pick
+    try:
+        return _kept(cache, key, value, SWEEPS.get(id(cache)))
+    finally:
+        SWEEPS.pop(id(cache), None)
+
+
+def _kept(cache: TunerCache, key: Any, value: Any, sweep: Sweep | None) -> Any:
+    """``_on_store``'s pick, from the sweep this call timed (None: nothing timed here)."""
     rule = _pick.current_rule()
     timed = sweep.timed if sweep is not None else {}
     if sweep is not None and rule.choose is not None and len(timed) > 1 and (sweep.call or not rule.times_again):
