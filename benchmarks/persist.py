@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 ROUNDS = 5
-HOLD_CYCLES = 100_000_000  # about 50 ms at 2 GHz: longer than the host takes to queue the calls
+BACK_TO_BACK_CALLS = 200
 HOST_CALLS = 20_000
 K = 4096
 PERSISTING, STREAMING = 2, 1  # cudaAccessProperty
@@ -134,13 +134,16 @@ def without_the_reset() -> Iterator[None]:
 
 
 def measure(rounds: int = ROUNDS) -> dict[str, Any]:
-    """The four timings (us, medians of ``rounds``) and what cleanflush did, on the current
+    """The timings (us, medians of ``rounds``) and what cleanflush did, on the current
     GPU; {"skip": why} where it can set nothing aside."""
     import torch
     import triton.testing
 
     import cleanflush
     from cleanflush import _measure, _persist
+
+    from .common import spin_cycles_per_us
+    from .cost import busy_gpu_time_us
 
     cleanflush.install()
     device = torch.device("cuda", torch.cuda.current_device())
@@ -160,17 +163,12 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
             fn()  # the weight's lines persisted (or not) before the timing
         torch.cuda.synchronize()
 
-    def back_to_back(calls: int = 200) -> float:
-        # the GPU held busy while the host queues every call, so no launch gap is timed (timed
-        # one by one with nothing between them, the first run timed the host: 25 us a call)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(HOLD_CYCLES)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return float(start.elapsed_time(end)) * 1e3 / calls
+    cycles_per_us = spin_cycles_per_us()
+
+    def back_to_back() -> float:
+        # queued behind a spin, so no launch gap is timed (timed one by one with nothing
+        # between them, the calls timed the host's launches)
+        return busy_gpu_time_us(fn, BACK_TO_BACK_CALLS, cycles_per_us)
 
     def bench(policy: str) -> float:
         with cleanflush.policy(policy):

@@ -469,10 +469,16 @@ def _audit_records() -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in paths]
 
 
-def _one_timer_slower(entry: dict[str, Any]) -> bool:
-    """A right entry that one timer alone found slower beyond its noise and the floor."""
-    return entry["class"] == "right" and any(
-        entry["ratio"][t] - 1 > max(entry["noise"][t], 0.02) for t in entry.get("ratio", {})
+def _one_timer_slower(entry: dict[str, Any], min_effect: float) -> bool:
+    """A right entry that one timer alone found slower (by the audit's own rule for one timer)."""
+    from cleanflush._audit.judge import SLOWER, verdict
+
+    if entry["class"] != "right" or "prices_us" not in entry:
+        return False
+    shipped, clean = entry["shipped"], entry["clean"]
+    return any(
+        verdict(prices[shipped]["us"], prices[clean]["us"], entry["noise"][timer], min_effect) == SLOWER
+        for timer, prices in entry["prices_us"].items()
     )
 
 
@@ -481,7 +487,7 @@ def audit_summary(folder: Path) -> str:
     records = _audit_records()
     entries = [e for r in records for e in r["audit"]["entries"]]
     count = {c: sum(e["class"] == c for e in entries) for c in ("wrong", "undecided", "right", "not auditable")}
-    lone = sum(_one_timer_slower(e) for e in entries)
+    lone = sum(_one_timer_slower(e, r["audit"]["min_effect"]) for r in records for e in r["audit"]["entries"])
     wrong = [e for e in entries if e["class"] == "wrong"]
     steps = [(r["step"], len(r["audit"]["entries"])) for r in records if "corrected_over_shipped" in r["step"]]
     per_entry = [e["seconds"] for e in entries if e.get("seconds")]
