@@ -1,10 +1,14 @@
-"""Persisting L2 and the flush: a kernel whose weight sits in a persisting access-policy window,
+"""Persisting L2 and the flush: kernels whose input sits in a persisting access-policy window,
 timed after each flush, and what the check for a set-aside costs the host per flush.
 
-The kernel: a one-row bf16 GEMV (F.linear, 1 x 4096 @ N x 4096) whose weight is half of
-what the GPU can set aside for persisting lines (``persistingL2CacheMaxSize``, and no more
-than its largest window), so every line of it fits the set-aside.  Timed four ways,
-interleaved over ``ROUNDS`` rounds (medians of the rounds):
+Four cases: two kernels, each over a bf16 weight of two sizes (a half and a quarter of what
+the GPU can set aside for persisting lines, ``persistingL2CacheMaxSize``, and no more than its
+largest window):
+
+* ``gemv``: a one-row GEMV (F.linear, 1 x 4096 @ N x 4096), cuBLAS's kernel;
+* ``sum``: ``torch.sum`` of the weight into float32, torch's own reduction (plain loads).
+
+Each case is timed seven ways, interleaved over ``ROUNDS`` rounds (medians of the rounds):
 
 * ``no window``: the limit 0, no window; a plain float32 read of 256 MiB before each call
   (``_measure.read_flush_reference``: no cleanflush flush code), the cold reference.
@@ -17,33 +21,32 @@ interleaved over ``ROUNDS`` rounds (medians of the rounds):
 * ``no window, stock flush``: the stock flush's own write-back penalty, so that the window's
   effect under it is the difference between the two stock rows;
 * ``window, no flush`` and ``no window, no flush``: back to back with nothing between calls,
-  whether the window keeps the weight in L2 at all.
+  queued behind a hold (``cost.busy_gpu_time_us``): how fast the kernel is warm.
 
-What the runs on an H100 found (benchmarks/results/h100/persist.json) missed the predictions
-below: with the window the weight was no faster than cold after write-read, with or without the
-reset (12.7 and 12.8 us against 13.6), and after the stock flush the window made the GEMV
-slower, not faster (20.8 us against 15.5 with no window).  The two rows with no flush timed the
-host's launches in the second run (25 us a call); they are now timed queued behind a hold.
-Predicted for them: both warm (the weight fits the L2 without a window), 6-9 us and within 5%
-of each other; a window that keeps lines would show only under a flush.
+The first runs on an H100 (one case: the GEMV over half the set-aside) missed the predictions:
+with the window the weight was no faster than cold after write-read with or without the reset,
+and after the stock flush the window made the GEMV slower (20.8 us against 15.5 with none).
+Two explanations, which the cases tell apart: the window was larger than the set-aside lines
+can hold (a window over more than the set-aside thrashes its persisting lines, CUDA guide; on a
+GPU whose L2 is two partitions the room per partition may be half), or cuBLAS's kernel loads
+its weight with cache hints of its own that override the stream's window.
+
+Predictions for the cases, written before they ran (an H100 SXM, 50 MiB L2, 31.2 MiB set-aside):
+* ``sum``, a quarter: the stock flush leaves the weight warm (``window, stock flush`` at most
+  0.8 x ``no window, stock flush``, near ``window, no flush``); write-read cold again (within
+  7% of ``no window``); the control as warm as stock (a read alone does not evict persisting
+  lines); warm with no flush at 0.4-0.7 x cold.
+* ``sum``, a half: the same if the room is the set-aside; as cold as without a window if it is
+  half of it (thrashing).
+* ``gemv``: as ``sum`` if the size was the cause; no warmer than cold in both sizes if it is
+  cuBLAS's hints.
+* the check per flush 0.1-0.3 us of host time; measured 0.58 us (the first runs), so 0.4-0.8.
 
 The window and the limit are set with this file's own ctypes on the libcudart torch loaded
 (``Setter``), not with cleanflush's binding.  Then the host, per call, median of
 ``HOST_CALLS``: ``_persist.before_flush`` on a device with nothing set aside and a fresh
 reading (what each clean flush pays for the check), and one reading of the limit through
 cleanflush's binding (paid at most once per ``_persist.READ_AGAIN_NS``).
-
-Predictions, written before the first run (an H100 SXM, 50 MiB L2):
-* ``persistingL2CacheMaxSize`` about three quarters of the L2 (as on the A100: 30 of
-  40 MiB), so a weight of about 18 MiB;
-* ``no window`` about 10 us (18 MiB at about 3 TB/s, plus a GEMV's fixed 3-4 us);
-* ``window, stock flush`` at most 0.7 x ``no window`` (the weight read from L2, 5-7 us):
-  the write cannot evict persisting lines;
-* ``window, write-read`` within 5% of ``no window``: cold again;
-* the control as warm as stock: a read alone does not evict persisting lines either;
-* the check per flush 0.1-0.3 us of host time (a dict lookup and a clock read), against
-  30-45 us of host time per write-read flush (benchmarks/results/h100, ``hosttime``); a
-  reading 1-3 us (a device switch and a runtime call; cuda-python's more than ctypes').
 
 Run on a GPU, from the repository root:  python -m benchmarks.persist [OUT_DIR]
 """
@@ -133,17 +136,32 @@ def without_the_reset() -> Iterator[None]:
         _persist.before_flush = stock  # type: ignore[assignment]
 
 
-def measure(rounds: int = ROUNDS) -> dict[str, Any]:
-    """The timings (us, medians of ``rounds``) and what cleanflush did, on the current
-    GPU; {"skip": why} where it can set nothing aside."""
+KERNELS = ("sum", "gemv")
+SHARES = (0.25, 0.5)  # of the set-aside
+
+
+def kernel(name: str, rows: int, device: Any) -> tuple[Callable[[], Any], Any]:
+    """The kernel called ``name`` over a fresh ``rows`` x K bf16 weight: (call, weight)."""
     import torch
-    import triton.testing
+
+    from cleanflush import _measure
+
+    if name == "gemv":
+        fn, _, weight = _measure.one_row_gemm(rows, K, torch.bfloat16, device)
+        return fn, weight
+    weight = torch.randn(rows, K, device=device, dtype=torch.bfloat16)
+    return (lambda: torch.sum(weight, dtype=torch.float32)), weight
+
+
+def measure(rounds: int = ROUNDS) -> dict[str, Any]:
+    """The timings of each case (us, medians of ``rounds``) and what cleanflush did, on the
+    current GPU; {"skip": why} where it can set nothing aside."""
+    import torch
 
     import cleanflush
     from cleanflush import _measure, _persist
 
     from .common import spin_cycles_per_us
-    from .cost import busy_gpu_time_us
 
     cleanflush.install()
     device = torch.device("cuda", torch.cuda.current_device())
@@ -151,59 +169,74 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
     most = min(setter.attribute(108, device.index), setter.attribute(109, device.index))
     if most <= 0:
         return {"skip": "this GPU sets no L2 aside for persisting lines (MIG, or before Ampere)"}
-    rows = max(64, most // 2 // (2 * K) // 64 * 64)  # half the set-aside, in whole blocks of 64 rows
-    fn, _, weight = _measure.one_row_gemm(rows, K, torch.bfloat16, device)
-    stream = torch.cuda.Stream(device)
     found = {"default_limit": setter.limit(), "max_persisting": setter.attribute(108, device.index), "window": most}
+    stream = torch.cuda.Stream(device)
+    cycles_per_us = spin_cycles_per_us()
+    cases = []
+    for name in KERNELS:
+        for share in SHARES:
+            rows = max(64, int(most * share) // (2 * K) // 64 * 64)  # whole blocks of 64 rows
+            fn, weight = kernel(name, rows, device)
+            case = {"kernel": name, "share": share, "weight_bytes": weight.numel() * 2, "rounds_us": {}}
+            case["call"], case["weight"] = fn, weight
+            cases.append(case)
+    with torch.cuda.stream(stream):
+        _measure.warm_up(cases[0]["call"], 1.0)
+        for _ in range(rounds):
+            for case in cases:
+                _one_round(case, setter, stream, found["max_persisting"], cycles_per_us)
+    found.update(_after(setter, _persist, device, found["max_persisting"]))
+    setter.set_limit(found["default_limit"])  # the GPU as it was found
+    for case in cases:
+        del case["call"], case["weight"]
+        case["us"] = {row: statistics.median(values) for row, values in case["rounds_us"].items()}
+    return {"gpu": torch.cuda.get_device_name(device), "cases": cases, **found}
+
+
+def _one_round(case: dict[str, Any], setter: Setter, stream: Any, most: int, cycles_per_us: float) -> None:
+    """One round of the seven rows of ``case``, each after its window is set (or cleared)."""
+    import torch
+    import triton.testing
+
+    import cleanflush
+    from cleanflush import _measure
+
+    from .cost import busy_gpu_time_us
+
+    fn, weight, times = case["call"], case["weight"], case["rounds_us"]
 
     def persisting(on: bool) -> None:
-        setter.set_limit(found["max_persisting"] if on else 0)
+        setter.set_limit(most if on else 0)
         setter.window(stream.cuda_stream, weight.data_ptr() if on else 0, weight.numel() * 2 if on else 0)
         for _ in range(3):
             fn()  # the weight's lines persisted (or not) before the timing
         torch.cuda.synchronize()
 
-    cycles_per_us = spin_cycles_per_us()
-
-    def back_to_back() -> float:
-        # queued behind a spin, so no launch gap is timed (timed one by one with nothing
-        # between them, the calls timed the host's launches)
-        return busy_gpu_time_us(fn, BACK_TO_BACK_CALLS, cycles_per_us)
-
     def bench(policy: str) -> float:
         with cleanflush.policy(policy):
             return float(triton.testing.do_bench(fn, return_mode="median")) * 1e3
 
-    times: dict[str, list[float]] = {}
-    with torch.cuda.stream(stream):
-        _measure.warm_up(fn, 1.0)
-        for _ in range(rounds):
-            persisting(False)
-            times.setdefault("no window", []).append(statistics.median(_measure.read_flush_reference(fn, 300, device)))
-            persisting(True)
-            times.setdefault("window, stock flush", []).append(bench("write"))
-            persisting(True)
-            times.setdefault("window, write-read", []).append(bench("write-read"))
-            found["limit_after_write_read"] = setter.limit()
-            persisting(True)
-            with without_the_reset():
-                times.setdefault("window, write-read without the reset", []).append(bench("write-read"))
-            found["limit_without_the_reset"] = setter.limit()
-            persisting(False)  # the stock flush's own penalty, without a window: what the window changes
-            times.setdefault("no window, stock flush", []).append(bench("write"))
-            persisting(True)  # the window with no flush at all: whether it keeps the weight in L2
-            times.setdefault("window, no flush", []).append(back_to_back())
-            persisting(False)
-            times.setdefault("no window, no flush", []).append(back_to_back())
-    found.update(_after(setter, _persist, device, found["max_persisting"]))
-    setter.set_limit(found["default_limit"])  # the GPU as it was found
-    return {
-        "gpu": torch.cuda.get_device_name(device),
-        "weight_bytes": weight.numel() * 2,
-        "us": {name: statistics.median(values) for name, values in times.items()},
-        "rounds_us": times,
-        **found,
-    }
+    def row(name: str, value: float) -> None:
+        times.setdefault(name, []).append(value)
+
+    persisting(False)
+    row("no window", statistics.median(_measure.read_flush_reference(fn, 300, stream.device)))
+    persisting(True)
+    row("window, stock flush", bench("write"))
+    persisting(True)
+    row("window, write-read", bench("write-read"))
+    case["limit_after_write_read"] = setter.limit()
+    persisting(True)
+    with without_the_reset():
+        row("window, write-read without the reset", bench("write-read"))
+    case["limit_without_the_reset"] = setter.limit()
+    persisting(False)  # the stock flush's own penalty, without a window: what the window changes
+    row("no window, stock flush", bench("write"))
+    # with no flush at all, queued behind a hold (timed one by one, the calls timed the host)
+    persisting(True)
+    row("window, no flush", busy_gpu_time_us(fn, BACK_TO_BACK_CALLS, cycles_per_us))
+    persisting(False)
+    row("no window, no flush", busy_gpu_time_us(fn, BACK_TO_BACK_CALLS, cycles_per_us))
 
 
 def _after(setter: Setter, persist: Any, device: Any, most: int) -> dict[str, Any]:

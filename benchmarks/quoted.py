@@ -532,16 +532,22 @@ def ranks_table(folder: Path) -> str:
     for job, data in record["jobs"].items():
         off, on, runs = data["sides"]["off"], data["sides"]["on"], data["runs"]
         ratios = [r["ratio"] for r in data["agreed_over_own"]]
+        priced = "none priced"
+        if ratios:
+            priced = f"{min(ratios):.3f}-{max(ratios):.3f} (mean {statistics.fmean(ratios):.3f})"
         walls = "/".join(f"{w:.0f}" for w in runs["wall_s"])
         lines.append(
             f"| {job} | {off['agreement']['alike']} of {off['agreement']['decisions']} "
             f"| {on['agreement']['alike']} of {on['agreement']['decisions']} "
-            f"| {min(ratios):.3f}-{max(ratios):.3f} (mean {statistics.fmean(ratios):.3f}) "
+            f"| {priced} "
             f"| {statistics.median(off['rank_s'].values()):.1f} / {statistics.median(on['rank_s'].values()):.1f} s "
             f"| {runs['agreement']['alike']} of {runs['agreement']['decisions']}, "
             f"{'/'.join(map(str, runs['taken_from_file']))}, {walls} s |"
         )
-    dates = ", ".join(f"{job} {data['date']}" for job, data in record["jobs"].items())
+    dates = ", ".join(
+        f"{job} {data['date']}, its runs {data['runs'].get('date', data['date'])}"
+        for job, data in record["jobs"].items()
+    )
     caption = (
         f"(`ranks` study, benchmarks/results/h100/ranks.json ({dates}): under `stable`, every rank tuning at once; "
         "the price is the CUPTI price after a plain read of each priced Triton decision, the agreed pick over "
@@ -551,15 +557,18 @@ def ranks_table(folder: Path) -> str:
 
 
 def persist_table(folder: Path) -> str:
-    """The persist study's rows: the GEMV whose weight lies in a persisting window, after each flush."""
+    """The persist study's rows: each kernel whose weight lies in a persisting window, after each flush."""
     record = _record("persist", H100)
-    lines = ["| the one-row GEMV (us, median of rounds) | time |", "|---|---|"]
-    lines += [f"| {name} | {us:.1f} |" for name, us in record["us"].items()]
+    cases = record["cases"]
+    names = [f"{c['kernel']}, {c['weight_bytes'] / MiB:.1f} MiB" for c in cases]
+    lines = ["| us, median of rounds | " + " | ".join(names) + " |", "|---" * (len(cases) + 1) + "|"]
+    lines += [f"| {row} | " + " | ".join(f"{c['us'][row]:.1f}" for c in cases) + " |" for row in cases[0]["us"]]
+    limits = sorted({c["limit_after_write_read"] for c in cases}), sorted({c["limit_without_the_reset"] for c in cases})
     caption = (
-        f"(`persist` study of {_date(record)}, benchmarks/results/h100/persist.json: a weight of "
-        f"{record['weight_bytes'] / MiB:.1f} MiB in a window of {record['window'] / MiB:.1f} MiB; the set-aside "
-        f"after write-read {record['limit_after_write_read']} bytes, after the control "
-        f"{record.get('limit_without_the_reset', 'not read')} bytes; the check costs the host "
+        f"(`persist` study of {_date(record)}, benchmarks/results/h100/persist.json: `sum` is torch's float32 sum "
+        f"of the weight, `gemv` the one-row GEMV; a window of {record['window'] / MiB:.1f} MiB; the set-aside "
+        f"after write-read {', '.join(map(str, limits[0]))} bytes, after the control "
+        f"{', '.join(map(str, limits[1]))} bytes; the check costs the host "
         f"{record['host']['check per flush, ns'] / 1e3:.2f} us a flush.)"
     )
     return "\n".join(lines) + "\n\n" + _prose(caption)

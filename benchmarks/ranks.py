@@ -19,7 +19,9 @@ ranks' own by price; each rank's wall time with the store no higher, and lower o
 rank reaches a key after another published it (ranks that tune at once all tune); with the
 pick file every run alike, runs 2 on far shorter (no tuning).
 
-    python -m benchmarks.ranks [--ranks N] [--runs N] OUT_DIR [JOB ...]   (needs a GPU and each job's library)
+    python -m benchmarks.ranks [--ranks N] [--runs N] [--only-runs] OUT_DIR [JOB ...]   (a GPU, each job's library)
+
+``--only-runs`` makes the pick-file runs again and keeps the ranks' sides the record has.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +152,7 @@ def runs_side(job: str, runs: int, work: Path) -> dict[str, Any]:
     ]
     lines = [dict(d, run=n) for n, run in enumerate(each) for d in run["lines"]]
     return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "wall_s": [run["wall_s"] for run in each],
         "exit": [run["exit"] for run in each],
         "agreement": agreement(by_decision(lines, who="run"), runs),
@@ -157,7 +161,9 @@ def runs_side(job: str, runs: int, work: Path) -> dict[str, Any]:
     }
 
 
-def run_job(job: str, ranks: int, runs: int, work: Path) -> dict[str, Any]:
+def run_job(job: str, ranks: int, runs: int, work: Path, save: Callable[[dict[str, Any]], None]) -> None:
+    """The ranks' two sides, their prices, then the pick-file runs; ``save`` gets the job's
+    record after the sides and again after the runs (a cut-off run keeps the sides)."""
     calls = work / "calls"
     calls.mkdir(parents=True)
     sides = {}
@@ -166,19 +172,24 @@ def run_job(job: str, ranks: int, runs: int, work: Path) -> dict[str, Any]:
         sides[store] = ranks_side(job, ranks, work / f"ranks-{store}", store, calls)
     progress(f"ranks: {job}, pricing")
     priced = price(to_price(sides), calls, work)
-    progress(f"ranks: {job}, {runs} runs with a pick file")
-    return {
+    found = {
         "ranks": ranks,
         "sides": {store: {k: v for k, v in side.items() if k != "lines"} for store, side in sides.items()},
         "agreed_over_own": agreed_over_own(sides, priced),
-        "runs": runs_side(job, runs, work / "runs"),
+        "runs": {"wall_s": [], "exit": [], "agreement": {"decisions": 0, "alike": 0}, "taken_from_file": []},
     }
+    save(found)
+    progress(f"ranks: {job}, {runs} runs with a pick file")
+    save({**found, "runs": runs_side(job, runs, work / "runs")})
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
-    ranks, runs = RANKS, RUNS
-    while args[:1] in (["--ranks"], ["--runs"]):
+    ranks, runs, only_runs = RANKS, RUNS, False
+    while args[:1] in (["--ranks"], ["--runs"], ["--only-runs"]):
+        if args[0] == "--only-runs":  # the pick-file runs again, the ranks' sides kept from the record
+            only_runs, args = True, args[1:]
+            continue
         if args[0] == "--ranks":
             ranks = int(args[1])
         else:
@@ -189,11 +200,25 @@ def main(argv: list[str] | None = None) -> int:
     path = out / "ranks.json"
     record = kept_record(path, "ranks")
     work = Path(tempfile.mkdtemp(prefix="cleanflush-ranks-"))
-    for job in args[1:] or JOBS:  # written after each job: a cut-off run keeps what it finished
-        record["jobs"][job] = {"date": record["machine"]["date"], **run_job(job, ranks, runs, work / job)}
+    for job in args[1:] or JOBS:
+
+        def save(found: dict[str, Any], job: str = job) -> None:
+            record["jobs"][job] = {**record["jobs"].get(job, {}), **found}
+            path.write_text(json.dumps(record, indent=1) + "\n")
+
+        if only_runs:
+            progress(f"ranks: {job}, {runs} runs with a pick file")
+            save({"runs": runs_side(job, runs, work / job / "runs")})
+        else:
+            run_job(
+                job,
+                ranks,
+                runs,
+                work / job,
+                lambda found, job=job: save({"date": record["machine"]["date"], **found}, job),
+            )
         summary = {k: v["agreement"] for k, v in record["jobs"][job]["sides"].items()}
         print(job, json.dumps(summary), json.dumps(record["jobs"][job]["runs"]["agreement"]), flush=True)
-        path.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

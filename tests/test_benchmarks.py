@@ -564,3 +564,27 @@ def test_the_ranks_study_counts_decisions_every_rank_picked_alike_and_prices_the
     priced = [{"key": ["triton", "k", "1"], "prices": {"a": {"us": 10.0}, "b": {"us": 10.2}}}]
     (found,) = ranks.agreed_over_own(sides, priced)
     assert found["ratio"] == pytest.approx(10.0 / 10.1)  # the agreed pick over the ranks' own, each rank counted
+
+
+def test_the_ranks_study_saves_the_sides_before_the_runs_and_runs_again_alone(tmp_path, monkeypatch):
+    from benchmarks import common, ranks
+
+    monkeypatch.setattr(common, "machine", lambda: {"date": "today"})
+    sides = {s: {"agreement": {"decisions": 1, "alike": 1}, "rank_s": {0: 1.0}} for s in ("off", "on")}
+    saved = []
+
+    def run_job(job, n_ranks, runs, work, save):  # the sides, then runs that are cut off
+        save({"ranks": n_ranks, "sides": sides, "agreed_over_own": [], "runs": {"agreement": {}}})
+        saved.append(json.loads((tmp_path / "ranks.json").read_text()))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ranks, "run_job", run_job)
+    with pytest.raises(KeyboardInterrupt):
+        ranks.main(["--ranks", "2", str(tmp_path), "job"])
+    assert saved[0]["jobs"]["job"]["sides"]["on"]["agreement"] == {"decisions": 1, "alike": 1}
+    assert saved[0]["jobs"]["job"]["date"] == "today"
+    monkeypatch.setattr(ranks, "runs_side", lambda job, runs, work: {"runs": runs, "agreement": {"alike": 3}})
+    assert ranks.main(["--only-runs", "--runs", "3", str(tmp_path), "job"]) == 0
+    kept = json.loads((tmp_path / "ranks.json").read_text())["jobs"]["job"]
+    assert kept["runs"] == {"runs": 3, "agreement": {"alike": 3}}  # the runs anew
+    assert kept["sides"]["on"]["rank_s"] == {"0": 1.0} and kept["ranks"] == 2  # the sides kept

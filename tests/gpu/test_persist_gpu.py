@@ -1,14 +1,11 @@
-"""On a CUDA GPU, with part of L2 set aside for persisting lines and a window over a one-row
-GEMV's weight: cleanflush's write-read resets the set-aside (the limit reads 0 after it),
-fails nowhere, and gives the limit back at uninstall; after it the weight is as cold as after
-a plain read with no window.  The measurement is benchmarks/persist.py's, made in a fresh
-process (the set-aside is a setting of the process's CUDA context: none leaks into the other
-tests), which gets ``TIMEOUT_S`` and fails with its output past it.
-
-Whether the stock flush leaves such a weight warm is the study's question, not asserted here:
-on an H100 the window's weight was no faster than cold after any flush, the stock flush's own
-write-back penalty on top (benchmarks/results/h100/persist.json; docs/limits.md).
-Run: pytest -m gpu -s tests/gpu/test_persist_gpu.py"""
+"""On a CUDA GPU, with part of L2 set aside for persisting lines and a window over a kernel's
+weight (benchmarks/persist.py's four cases: a float32 sum and a one-row GEMV, over a quarter
+and a half of the set-aside): the stock flush leaves the summed quarter warm, cleanflush's
+write-read leaves every case as cold as a plain read with no window, resets the set-aside (the
+limit reads 0 after it), fails nowhere, and gives the limit back at uninstall.  The
+measurement is made in a fresh process (the set-aside is a setting of the process's CUDA
+context: none leaks into the other tests), which gets ``TIMEOUT_S`` and fails with its output
+past it.  Run: pytest -m gpu -s tests/gpu/test_persist_gpu.py"""
 
 import json
 import os
@@ -25,6 +22,7 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300  # the child takes well under a minute on an H100 (imports, a warm-up, 20 do_bench calls)
 COLD = 0.93  # cold again: at least this share (do_bench after a clean flush runs within a few % of the plain read)
+WARM = 0.85  # warm: at most this share of the same flush with no window
 
 
 def _text(out):
@@ -52,14 +50,29 @@ def record():
     found = child("import json\nfrom benchmarks.persist import measure\nprint(json.dumps(measure()))")
     if "skip" in found:
         pytest.skip(found["skip"])
-    print(json.dumps({k: v for k, v in found.items() if k != "rounds_us"}, indent=1))
+    print(json.dumps({k: v for k, v in found.items() if k != "cases"}, indent=1))
+    for c in found["cases"]:
+        print(c["kernel"], c["share"], json.dumps(c["us"]))
     return found
 
 
+def case(record, kernel, share):
+    (found,) = [c for c in record["cases"] if c["kernel"] == kernel and c["share"] == share]
+    return found
+
+
+def test_the_stock_flush_leaves_a_persisting_window_warm(record):
+    # the hole: a write cannot evict persisting lines (the summed quarter fits the set-aside
+    # whatever the L2's partitions do with it; benchmarks/persist.py says why the GEMV may not)
+    us = case(record, "sum", 0.25)["us"]
+    assert us["window, stock flush"] <= WARM * us["no window, stock flush"], us
+
+
 def test_cleanflushs_write_read_leaves_it_cold_and_the_set_aside_given_back_at_uninstall(record):
-    us = record["us"]
-    assert us["window, write-read"] >= COLD * us["no window"], us
-    assert record["limit_after_write_read"] == 0  # the reset ran: the set-aside is gone
+    for found in record["cases"]:
+        us = found["us"]
+        assert us["window, write-read"] >= COLD * us["no window"], found
+        assert found["limit_after_write_read"] == 0  # the reset ran: the set-aside is gone
     assert record["resets"] >= 1 and record["binding"] is not None
     assert record["status"] == []  # nothing failed, nothing fell back
     assert record["given_back"]
@@ -68,4 +81,5 @@ def test_cleanflushs_write_read_leaves_it_cold_and_the_set_aside_given_back_at_u
 def test_the_negative_control_keeps_the_set_aside(record):
     # the same write-read with the reset turned off: the limit must still read what was set,
     # or the reset above is not what emptied it
-    assert record["limit_without_the_reset"] == record["max_persisting"]
+    for found in record["cases"]:
+        assert found["limit_without_the_reset"] == record["max_persisting"]
