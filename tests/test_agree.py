@@ -533,6 +533,19 @@ def test_fresh_runs_keep_the_first_runs_picks_where_a_pruner_makes_configs_of_it
     assert any(c != control[0] for c in control)  # the negative control: no file, each run its own
 
 
+@needs_autotune_do_bench
+def test_ranks_agree_through_the_store_where_the_pick_files_pick_is_no_config_their_pruner_makes(tmp_path):
+    picks = tmp_path / "picks.json"
+    fresh_run(tmp_path, 0, CLEANFLUSH_PICK_FILE=str(picks), PRUNER="1")
+    # the same decisions, but picks that the pruner no longer makes (it made num_warps=2)
+    picks.write_text(picks.read_text().replace("num_warps: 2", "num_warps: 3"))
+    env = {"CLEANFLUSH_PICK_FILE": str(picks), "CLEANFLUSH_PICK_STORE": "on", "PRUNER": "1", "SEED": "1"}
+    found, _, _ = torchrun(tmp_path, 4, env)
+    assert sorted(found) == [0, 1, 2, 3] and alike(found) == {"64", "128", "192", "256"}  # the store's pick
+    control, _, _ = torchrun(tmp_path, 4, {**env, "CLEANFLUSH_PICK_STORE": "off"})
+    assert len(alike(control)) < 4  # the negative control: the file taken nowhere, each rank its own
+
+
 # ---- what each hook names a decision by (#70's mutation sample, seed 20261207) ------------
 
 KERNEL_SOURCE = """

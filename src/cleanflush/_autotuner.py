@@ -102,12 +102,16 @@ def _kept(cache: TunerCache, key: Any, value: Any, sweep: Sweep | None) -> Any:
     if not _agree.active(rule.choose is not None):
         return value
     # the pick file's, else the one published first: found among the configs this call timed
-    # too (a pruner may make configs of its own, which the lookup could not name)
+    # too (a pruner may make configs of its own, which the lookup could not name); a file's
+    # pick that none of them is does not stop the ranks agreeing through the store
     decision, chooses = decision_of(cache, key), rule.choose is not None
-    spent = ms(timed[value]) if value in timed else None
-    found = _agree.in_file(decision, _agree.here()) or _agree.publish(decision, str(value), spent, chooses)
-    offered = sweep.offered if sweep is not None else []
-    taken = _config([*timed, *offered, *getattr(cache.tuner, "configs", ())], found.pick) if found else None
+    configs = [*timed, *(sweep.offered if sweep is not None else []), *getattr(cache.tuner, "configs", ())]
+    found = _agree.in_file(decision, _agree.here())
+    taken = _config(configs, found.pick) if found is not None else None
+    if taken is None:
+        spent = ms(timed[value]) if value in timed else None
+        found = _agree.publish(decision, str(value), spent, chooses)
+        taken = _config(configs, found.pick) if found is not None else None
     if found is not None and taken is not None:
         cache.agreed[key] = found.source
         return taken
