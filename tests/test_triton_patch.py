@@ -510,6 +510,24 @@ def test_triton_31_autotuner_that_copied_the_wrapper_gets_the_original_back(trit
     assert autotuner.do_bench is do_bench_31
 
 
+def test_an_alias_of_a_wrapper_gone_since_is_wrapped_anew_at_the_next_install(triton_31, monkeypatch):
+    """The autotuner copied the wrapper of a triton.testing that has since been replaced (the
+    alias is kept among the patches ever made); at the next install its do_bench must flush
+    through a wrapper of its own, not the old module's disabled one."""
+    import types
+
+    test_triton_31_autotuner_that_copied_the_wrapper_gets_the_original_back(triton_31)
+    autotuner = sys.modules[triton_patch.AUTOTUNER]
+    testing = types.ModuleType("triton.testing")  # another triton.testing, its do_bench the same function
+    testing.do_bench = do_bench_31
+    monkeypatch.setitem(sys.modules, "triton.testing", testing)
+    cleanflush.install()
+    x = torch.ones(8)
+    with cleanflush.policy("write-read"), OpRecorder() as rec:
+        autotuner.do_bench(lambda: torch.neg(x), warmup=25, rep=100, quantiles=(0.5, 0.2, 0.8), device_type="cpu")
+    assert [name for name in rec.names if name in ("zero_", "sum", "neg")] == ["neg"] + ["zero_", "sum", "neg"] * 8
+
+
 @pytest.mark.parametrize("fast_flush", [True, False])
 def test_triton_31_do_bench_flushes_its_local_buffer(triton_31, fast_flush):
     expected = {"write-read": ["zero_", "sum"], "read": ["sum"], "write": ["zero_"]}

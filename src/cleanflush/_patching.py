@@ -86,8 +86,9 @@ def _wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
         patch is None
         or patch.owner is not owner
         or patch.original is not current
-        or patch.wrapper._self_wrapper != wrapper
-    ):  # a bound method is made anew each time
+        or patch.wrapper._self_wrapper != wrapper  # a bound method is made anew each time
+        or getattr(patch.wrapper, "_self_cleanflush_patch", None) is not patch  # an alias: another turns it on
+    ):
         patch = Patch(owner, name, current)
         patch.wrapper = wrapt.FunctionWrapper(patch.original, wrapper, enabled=patch._enabled)
         patch.wrapper._self_cleanflush_patch = patch
