@@ -82,13 +82,7 @@ def _wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
     # name that an import copied from it (``from deep_gemm.testing import bench_kineto``)
     # flushes again instead of staying the disabled wrapper of an earlier install.
     patch = MADE.patches.get((id(owner), name))
-    if (
-        patch is None
-        or patch.owner is not owner
-        or patch.original is not current
-        or patch.wrapper._self_wrapper != wrapper  # a bound method is made anew each time
-        or getattr(patch.wrapper, "_self_cleanflush_patch", None) is not patch  # an alias: another turns it on
-    ):
+    if patch is None or not _reusable(patch, owner, current, wrapper):
         patch = Patch(owner, name, current)
         patch.wrapper = wrapt.FunctionWrapper(patch.original, wrapper, enabled=patch._enabled)
         patch.wrapper._self_cleanflush_patch = patch
@@ -96,6 +90,16 @@ def _wrap(owner: type, name: str, wrapper: Wrapper) -> Patch:
     patch.active = True
     setattr(owner, name, patch.wrapper)
     return patch
+
+
+def _reusable(patch: Patch, owner: Any, current: Any, wrapper: Wrapper) -> bool:
+    """Whether the patch once made on ``owner`` can be put back over ``current`` as it is."""
+    return (
+        patch.owner is owner
+        and patch.original is current
+        and patch.wrapper._self_wrapper == wrapper  # a bound method is made anew each time
+        and getattr(patch.wrapper, "_self_cleanflush_patch", None) is patch  # an alias: another turns it on
+    )
 
 
 def unwrap(patch: Patch) -> None:
