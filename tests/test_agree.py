@@ -839,3 +839,56 @@ def test_a_tuner_that_names_no_configs_takes_the_published_pick_among_those_it_t
                 _autotuner._bench(lambda *args, config, ms=ms: ms, tuner, (), {"config": config})
             cache[key] = "BLOCK: 16"
         assert cache.data[key] == (pick if pick == "BLOCK: 32" else "BLOCK: 16"), pick
+
+
+# ---- what a rank publishes and keeps of a Triton pick (#70's sample, seed 20261209) ----------
+
+
+def test_a_triton_pick_is_published_with_the_time_its_sweep_measured(monkeypatch):
+    """The first rank's pick goes to the job's store with the time this rank measured for it
+    (``Agreed.ms``); a pick stored with nothing timed here is published with none."""
+    from cleanflush import _autotuner, _tunercache
+
+    cleanflush.pick_store(torch_distributed.HashStore())
+    monkeypatch.setenv("RANK", "0")
+    lib = types.SimpleNamespace(__module__="lib", __name__="k")
+    tuner = types.SimpleNamespace(cache={}, configs=["BLOCK: 16", "BLOCK: 32"], fn=lib)
+    cache = _tunercache.cache_of(tuner)
+    with cleanflush.pick("stable"):
+        assert (256,) not in cache
+        for config, ms in (("BLOCK: 16", 1.5), ("BLOCK: 32", 1.25)):  # a clear winner: nothing timed again
+            _autotuner._bench(lambda *args, config, ms=ms: ms, tuner, (), {"config": config})
+        cache[(256,)] = "BLOCK: 32"
+        cache[(512,)] = "BLOCK: 16"  # the control: as a disk cache hit stores it, nothing timed
+        tuned, served = (_agree.published(_autotuner.decision_of(cache, key), True) for key in ((256,), (512,)))
+    assert tuned == _agree.Agreed("BLOCK: 32", "rank 0", 1.25)
+    assert served == _agree.Agreed("BLOCK: 16", "rank 0", None)
+
+
+def test_a_key_another_rank_published_gets_no_timings_from_the_last_sweep_in_the_pick_file(tmp_path, monkeypatch):
+    """``Autotuner.run`` sets ``configs_timings`` only where it tunes: a key taken at the lookup
+    from another rank is kept in the pick file with no timings of this rank's, not with the
+    tuner's last sweep's, which timed another key."""
+    from cleanflush import _autotuner, _tunercache
+
+    cleanflush.pick_store(torch_distributed.HashStore())
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
+    lib = types.SimpleNamespace(__module__="lib", __name__="k")
+    tuner = types.SimpleNamespace(cache={}, configs=["BLOCK: 16", "BLOCK: 32"], fn=lib)
+    cache = _tunercache.cache_of(tuner)
+    monkeypatch.setenv("RANK", "0")
+    assert _agree.publish(_autotuner.decision_of(cache, (512,)), "BLOCK: 16", 2.0, True) is None
+    monkeypatch.setenv("RANK", "1")
+
+    def run(key, timings):  # Triton's run (3.7.1): a key not in the cache is tuned, its sweep's timings kept
+        if key not in tuner.cache:
+            tuner.configs_timings = timings
+            tuner.cache[key] = min(timings, key=timings.get)
+
+    with cleanflush.pick("stable"):
+        _autotuner._run(run, tuner, ((256,), {"BLOCK: 16": 1.5, "BLOCK: 32": 1.25}), {})
+        _autotuner._run(run, tuner, ((512,), {"BLOCK: 16": 9.0, "BLOCK: 32": 9.0}), {})  # rank 0's: not tuned
+    entries = json.loads((tmp_path / "picks.json").read_text())["entries"]
+    found = {e["decision"]["key"]: (e["pick"], e["timings_ms"]) for e in entries}
+    tuned = ("BLOCK: 32", {"BLOCK: 16": 1.5, "BLOCK: 32": 1.25})
+    assert found == {repr((256,)): tuned, repr((512,)): ("BLOCK: 16", {})}

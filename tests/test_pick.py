@@ -1100,6 +1100,19 @@ def test_a_sweep_that_fails_under_stable_still_closes_what_inductor_closed_on_th
     assert launchers[8].kernel.closed == 1 and launchers[1].kernel.closed == 0  # as Inductor's own loop leaves them
 
 
+def test_a_launcher_closed_by_keyword_outside_a_sweep_is_closed_as_inductor_closes_it():
+    """Outside ``benchmark_all_configs`` the wrapped ``_close_static_launcher`` is Inductor's own,
+    its launcher passed by position or by name."""
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    assert type(vars(heuristics.CachingAutotuner)["_close_static_launcher"]).__name__ == "FunctionWrapper"
+    close = heuristics.CachingAutotuner._close_static_launcher
+    [name] = inspect.signature(close).parameters  # the launcher's parameter, as the installed torch names it
+    by_place, by_name = StaticLauncher(1), StaticLauncher(8)
+    close(by_place)
+    close(**{name: by_name})
+    assert by_place.kernel.closed == by_name.kernel.closed == 1
+
+
 # ---- the rule's edges (#70): keys after a failed sweep, a second key, one config, a third rule ----
 
 KEYS_JOB = """
