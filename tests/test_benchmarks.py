@@ -588,3 +588,22 @@ def test_the_ranks_study_saves_the_sides_before_the_runs_and_runs_again_alone(tm
     kept = json.loads((tmp_path / "ranks.json").read_text())["jobs"]["job"]
     assert kept["runs"] == {"runs": 3, "agreement": {"alike": 3}}  # the runs anew
     assert kept["sides"]["on"]["rank_s"] == {"0": 1.0} and kept["ranks"] == 2  # the sides kept
+
+
+def test_the_persist_table_has_a_column_a_case_and_reads_a_record_from_before_the_cases(tmp_path, monkeypatch):
+    monkeypatch.setattr(quoted, "H100", tmp_path)
+    rows = {"no window": 8.0, "window, stock flush": 4.5}
+    limits = {"limit_after_write_read": 0, "limit_without_the_reset": 7}
+    cases = [
+        {"kernel": k, "share": 0.25, "weight_bytes": 4 << 20, "us": {r: v * n for r, v in rows.items()}, **limits}
+        for n, k in ((1, "sum"), (2, "gemv"))
+    ]
+    header = {"machine": {"date": "2026-12-07 16:46 UTC"}, "window": 32 << 20, "host": {"check per flush, ns": 580}}
+    (tmp_path / "persist.json").write_text(json.dumps({**header, "cases": cases}))
+    table = quoted.persist_table(tmp_path)
+    assert "| us, median of rounds | sum, 4.0 MiB | gemv, 4.0 MiB |" in table
+    assert "| window, stock flush | 4.5 | 9.0 |" in table and "`sum` is torch's float32" in " ".join(table.split())
+    old = {**header, **limits, "weight_bytes": 16 << 20, "us": rows}  # the GEMV alone, its rows at the top
+    (tmp_path / "persist.json").write_text(json.dumps(old))
+    table = quoted.persist_table(tmp_path)
+    assert "| us, median of rounds | gemv, 16.0 MiB |" in table and "| window, stock flush | 4.5 |" in table

@@ -1,6 +1,7 @@
 """On a CUDA GPU, with part of L2 set aside for persisting lines and a window over a kernel's
 weight (benchmarks/persist.py's four cases: a float32 sum and a one-row GEMV, over a quarter
-and a half of the set-aside): the stock flush leaves the summed quarter warm, cleanflush's
+and a half of the set-aside): the stock flush leaves the summed quarter warm (the study's
+prediction; benchmarks/results/h100/README.md says what has run), cleanflush's
 write-read leaves every case as cold as a plain read with no window, resets the set-aside (the
 limit reads 0 after it), fails nowhere, and gives the limit back at uninstall.  The
 measurement is made in a fresh process (the set-aside is a setting of the process's CUDA
