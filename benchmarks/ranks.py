@@ -199,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "ranks.json"
     record = kept_record(path, "ranks")
+    missing = [job for job in args[1:] or JOBS if only_runs and "sides" not in record["jobs"].get(job, {})]
+    if missing:
+        print(f"--only-runs keeps the ranks' sides, and {path} has none for {', '.join(missing)}", file=sys.stderr)
+        return 2
     work = Path(tempfile.mkdtemp(prefix="cleanflush-ranks-"))
     for job in args[1:] or JOBS:
 

@@ -585,6 +585,7 @@ def test_the_ranks_study_saves_the_sides_before_the_runs_and_runs_again_alone(tm
     assert saved[0]["jobs"]["job"]["date"] == "today"
     monkeypatch.setattr(ranks, "runs_side", lambda job, runs, work: {"runs": runs, "agreement": {"alike": 3}})
     assert ranks.main(["--only-runs", "--runs", "3", str(tmp_path), "job"]) == 0
+    assert ranks.main(["--only-runs", str(tmp_path), "other"]) == 2  # no sides to keep: refused, nothing run
     kept = json.loads((tmp_path / "ranks.json").read_text())["jobs"]["job"]
     assert kept["runs"] == {"runs": 3, "agreement": {"alike": 3}}  # the runs anew
     assert kept["sides"]["on"]["rank_s"] == {"0": 1.0} and kept["ranks"] == 2  # the sides kept
