@@ -98,8 +98,15 @@ def _reusable(patch: Patch, owner: Any, current: Any, wrapper: Wrapper) -> bool:
         patch.owner is owner
         and patch.original is current
         and patch.wrapper._self_wrapper == wrapper  # a bound method is made anew each time
-        and getattr(patch.wrapper, "_self_cleanflush_patch", None) is patch  # an alias: another turns it on
+        and _turned_on_with(patch)
     )
+
+
+def _turned_on_with(patch: Patch) -> bool:
+    """Whether ``patch``'s wrapper flushes once ``patch`` is applied: it is its own, or an
+    alias's whose patch is applied (not one of a module replaced since, turned off for good)."""
+    owner = getattr(patch.wrapper, "_self_cleanflush_patch", None)
+    return owner is patch or (isinstance(owner, Patch) and owner.active)
 
 
 def unwrap(patch: Patch) -> None:
