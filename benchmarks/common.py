@@ -121,6 +121,11 @@ def spin_cycles_per_us() -> float:
 # --------------------------------------------------------------------------- result files
 
 
+def now() -> str:
+    """The date and time a record gives, in UTC."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def machine() -> dict[str, Any]:
     """GPU, clocks, driver and versions: the header every result file carries."""
     import torch
@@ -129,7 +134,7 @@ def machine() -> dict[str, Any]:
     import cleanflush
 
     info: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": now(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

@@ -39,7 +39,7 @@ from typing import Any
 
 from cleanflush._ab import read_decisions
 
-from .common import RESULTS, kept_record, progress
+from .common import RESULTS, kept_record, now, progress
 
 JOBS = ("gemlite_decode", "fla_gdn", "llama_decode")
 RANKS, RUNS = 4, 4
@@ -152,7 +152,7 @@ def runs_side(job: str, runs: int, work: Path) -> dict[str, Any]:
     ]
     lines = [dict(d, run=n) for n, run in enumerate(each) for d in run["lines"]]
     return {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": now(),
         "wall_s": [run["wall_s"] for run in each],
         "exit": [run["exit"] for run in each],
         "agreement": agreement(by_decision(lines, who="run"), runs),
@@ -176,7 +176,7 @@ def run_job(job: str, ranks: int, runs: int, work: Path, save: Callable[[dict[st
         "ranks": ranks,
         "sides": {store: {k: v for k, v in side.items() if k != "lines"} for store, side in sides.items()},
         "agreed_over_own": agreed_over_own(sides, priced),
-        "runs": {"wall_s": [], "exit": [], "agreement": {"decisions": 0, "alike": 0}, "taken_from_file": []},
+        "runs": runs_side(job, 0, work / "runs"),  # none yet
     }
     save(found)
     progress(f"ranks: {job}, {runs} runs with a pick file")
@@ -204,22 +204,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--only-runs keeps the ranks' sides, and {path} has none for {', '.join(missing)}", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="cleanflush-ranks-"))
+
+    def save(job: str, found: dict[str, Any]) -> None:
+        """``found`` into the job's record, written at once: a cut-off run keeps what it finished."""
+        record["jobs"][job] = {**record["jobs"].get(job, {}), **found}
+        path.write_text(json.dumps(record, indent=1) + "\n")
+
     for job in args[1:] or JOBS:
-
-        def save(found: dict[str, Any], job: str = job) -> None:
-            record["jobs"][job] = {**record["jobs"].get(job, {}), **found}
-            path.write_text(json.dumps(record, indent=1) + "\n")
-
         if only_runs:
             progress(f"ranks: {job}, {runs} runs with a pick file")
-            save({"runs": runs_side(job, runs, work / job / "runs")})
+            save(job, {"runs": runs_side(job, runs, work / job / "runs")})
         else:
             run_job(
                 job,
                 ranks,
                 runs,
                 work / job,
-                lambda found, job=job: save({"date": record["machine"]["date"], **found}, job),
+                lambda found, job=job: save(job, {"date": record["machine"]["date"], **found}),
             )
         summary = {k: v["agreement"] for k, v in record["jobs"][job]["sides"].items()}
         print(job, json.dumps(summary), json.dumps(record["jobs"][job]["runs"]["agreement"]), flush=True)
