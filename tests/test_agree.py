@@ -105,11 +105,18 @@ def test_a_store_that_does_not_answer_is_given_up_in_bounded_time_said_once(monk
         json.dumps({"v": 1, "pick": 16}),
         json.dumps(["BLOCK: 16"]),
         b"\xff\xfe",
+        "[" * 100000,  # written by hand, deeper than the parser goes
+        json.dumps({"v": 1, "pick": "BLOCK: 16", "pad": "x" * (64 << 10)}),  # too large to be ours
     ],
 )
 def test_a_published_pick_that_is_none_is_not_taken(text):
     with pytest.warns(RuntimeWarning, match="could not be read"):
         assert _agree.read_payload(text) is None
+
+
+def test_a_published_picks_time_too_large_for_a_float_is_no_time():
+    text = '{"v": 1, "pick": "BLOCK: 16", "ms": 1' + "0" * 400 + ', "rank": 1}'  # JSON's integers have no bound
+    assert _agree.read_payload(text) == _agree.Agreed("BLOCK: 16", "rank 1", None)
 
 
 # ---- the pick file ---------------------------------------------------------------------
@@ -165,6 +172,13 @@ def test_an_entry_that_no_longer_matches_is_tuned_again_said_once(tmp_path, monk
         json.dumps({"format": "cleanflush picks", "version": 1, "entries": {"a": 1}}),
         "[" * 100000 + "]" * 100000,  # deeper than the parser goes
         "\udcff not utf-8".encode("utf-8", "surrogateescape").decode("latin-1"),
+        json.dumps({"format": "cleanflush picks", "version": 1, "entries": [{**kept().line(), "written": 0}]}).replace(
+            '"written": 0',
+            '"written": 1' + "0" * 400,  # an integer too large for a float
+        ),
+        json.dumps({"format": "cleanflush picks", "version": 1, "entries": [kept().line()]}).replace(
+            '"BLOCK: 16": 1.0', '"BLOCK: 16": -1' + "0" * 400
+        ),
     ],
 )
 def test_a_torn_or_hostile_or_other_version_file_is_one_line_and_nothing_taken(tmp_path, monkeypatch, capsys, content):
@@ -506,6 +520,10 @@ def test_status_says_where_picks_are_agreed_and_what_the_pick_file_holds(tmp_pat
     assert "(none written yet)" in status.agreement_says({"CLEANFLUSH_PICK_FILE": str(picks)})
     picks.write_text("{ torn")
     assert "unreadable: " in status.agreement_says({"CLEANFLUSH_PICK_FILE": str(picks)})
+    hostile = {"format": "cleanflush picks", "version": 1, "entries": [{**kept().line(), "written": 0}]}
+    picks.write_text(json.dumps(hostile).replace('"written": 0', '"written": 1' + "0" * 400))
+    said = status.agreement_says({"CLEANFLUSH_PICK_FILE": str(picks)})  # one line, no traceback
+    assert said.endswith("(unreadable: an entry has no written time or pid; its picks are not taken)")
     bad = status.agreement_says({"CLEANFLUSH_PICK_STORE": "sometimes"})
     assert bad.startswith("INVALID: CLEANFLUSH_PICK_STORE='sometimes' is not valid; use one of: auto, on, off")
     assert status.setting_problems({"CLEANFLUSH_PICK_STORE": "sometimes"}) == [

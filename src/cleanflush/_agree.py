@@ -36,7 +36,7 @@ import time
 import types
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import _env
 from ._state import on_reset, say_once, warn_once
@@ -45,6 +45,7 @@ VERSION = 1  # of what is published and written: another is not read
 PREFIX = "cleanflush/picks/v1/"  # the store keys' prefix, before the job's run id
 STORE_TIMEOUT_S = 10.0  # the longest a store operation may take before the store is given up
 MAX_FILE_BYTES = 64 << 20  # a pick file larger than this is not read (a job's picks are kilobytes)
+MAX_PAYLOAD_BYTES = 64 << 10  # a published pick larger than this is not read (ours: a label and ~60 bytes)
 LOCK_WAIT_S = 10.0  # the longest a write of the one pick file waits for another's to end
 AUTO, ON, OFF = "auto", "on", "off"
 FROM_FILE = "the pick file"  # where a pick taken from the pick file came from
@@ -205,17 +206,19 @@ def payload(pick: str, ms: float | None) -> str:
 def read_payload(text: Any, source: str = "rank") -> Agreed | None:
     """A published pick, or None where it is not one (said once)."""
     try:
+        if len(text) > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"it holds {len(text)} bytes, more than a pick's {MAX_PAYLOAD_BYTES}")
         found = json.loads(text)
         if not isinstance(found, dict) or found.get("v") != VERSION or not isinstance(found.get("pick"), str):
             raise ValueError("not a pick of this version")
         ms = found.get("ms")
         rank = found.get("rank")
-    except ValueError as exc:  # json's errors are ValueErrors; bytes that are no UTF-8 too
-        warn_once("agree:payload", f"a pick in the job's store could not be read ({exc}); that decision is tuned here")
+    except (ValueError, RecursionError) as exc:  # json's errors, bytes no UTF-8, a value nested past the parser
+        why = "it nests deeper than a pick does" if isinstance(exc, RecursionError) else exc
+        warn_once("agree:payload", f"a pick in the job's store could not be read ({why}); that decision is tuned here")
         return None
     who = f"rank {rank}" if isinstance(rank, int) and not isinstance(rank, bool) else "another rank"
-    time_ms = float(ms) if isinstance(ms, (int, float)) and not isinstance(ms, bool) and math.isfinite(ms) else None
-    return Agreed(found["pick"], who if source == "rank" else source, time_ms)
+    return Agreed(found["pick"], who if source == "rank" else source, float(ms) if _number(ms) else None)
 
 
 def active(chooses: bool) -> bool:
@@ -313,8 +316,14 @@ def entry_from(data: Any) -> Entry:
     return Entry(decision, **fields, timings_ms=dict(timings), written=written, pid=data["pid"], rank=rank)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _number(value: Any) -> TypeGuard[int | float]:
+    """Whether ``value`` (read from JSON) is a finite number a float holds."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float (JSON's integers have no bound)
+        return False
 
 
 @dataclass
