@@ -190,6 +190,26 @@ def test_a_torn_or_hostile_or_other_version_file_is_one_line_and_nothing_taken(t
     assert len(said) == 1 and said[0].startswith("cleanflush: CLEANFLUSH_PICK_FILE: ")
 
 
+@pytest.mark.parametrize("behind_a_link", [False, True])
+def test_a_fifo_in_place_of_the_pick_file_is_never_read_and_nothing_waits_for_it(tmp_path, monkeypatch, behind_a_link):
+    from cleanflush.cli import status
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opening it to read waits for a writer; reading it may never end
+    path = tmp_path / "picks.json"
+    path.symlink_to(fifo) if behind_a_link else os.replace(fifo, path)
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(path))
+    found: list[object] = []
+    reader = threading.Thread(target=lambda: found.extend([_agree.in_file(DECISION, HERE), status.agreement_says(
+        {"CLEANFLUSH_PICK_FILE": str(path)})]), daemon=True)  # fmt: skip
+    reader.start()
+    reader.join(20)
+    if reader.is_alive():  # let the reader go before failing: a writer ends its wait
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("reading the pick file waited for a writer of a FIFO")
+    assert found[0] is None and "(unreadable: it is not a regular file; its picks are not taken)" in str(found[1])
+
+
 def test_a_pick_that_is_none_of_the_decisions_configs_is_not_taken(tmp_path, monkeypatch):
     monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
     _agree.write(kept(pick="__import__('os').system('true')"))

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -378,11 +379,7 @@ def _stamp(files: list[str]) -> tuple[tuple[str, int, int], ...]:
 def read_file(name: str) -> list[Entry]:
     """The entries of one pick file; a ValueError saying why it cannot be read."""
     try:
-        size = os.path.getsize(name)
-        if size > MAX_FILE_BYTES:
-            raise ValueError(f"it holds {size} bytes, more than a pick file's {MAX_FILE_BYTES}")
-        with open(name, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(_bounded_read(name).decode("utf-8"))
     except OSError as exc:
         raise ValueError(exc.strerror or str(exc)) from None
     except RecursionError:  # a hostile file nested deeper than the parser goes
@@ -395,6 +392,19 @@ def read_file(name: str) -> list[Entry]:
     if not isinstance(entries, list):
         raise ValueError("its entries are not a list")
     return [entry_from(e) for e in entries]
+
+
+def _bounded_read(name: str) -> bytes:
+    """The bytes of the regular file ``name``, up to ``MAX_FILE_BYTES``: a FIFO, a device or a
+    socket in its place (or behind a link there) is never read, since it may block or never end."""
+    handle = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open would wait for a writer
+    with os.fdopen(handle, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError("it is not a regular file")
+        data = f.read(MAX_FILE_BYTES + 1)  # a file that grows meanwhile is read no further
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"it holds more than a pick file's {MAX_FILE_BYTES} bytes")
+    return data
 
 
 def _refresh(path: str) -> None:
