@@ -210,6 +210,34 @@ def test_a_fifo_in_place_of_the_pick_file_is_never_read_and_nothing_waits_for_it
     assert found[0] is None and "(unreadable: it is not a regular file; its picks are not taken)" in str(found[1])
 
 
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ('{"name": "my-app", "dependencies": {}}', "it is not a cleanflush pick file"),
+        (json.dumps({"format": "cleanflush picks", "version": 2, "entries": [{"new": 1}]}), "it is version 2"),
+        ("{ torn", "Expecting property name"),
+    ],
+)
+def test_a_file_the_pick_file_cannot_read_is_never_written_over_said_once(tmp_path, monkeypatch, capsys, content, why):
+    path = tmp_path / "picks.json"
+    path.write_text(content)
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(path))
+    _agree.write(kept())
+    _agree.write(kept(decision=_agree.Decision(**{**vars(DECISION), "key": "(512,)"})))
+    assert path.read_text() == content and [p.name for p in tmp_path.iterdir()] == ["picks.json"]
+    said = [line for line in capsys.readouterr().err.splitlines() if "picks are not kept" in line]
+    assert len(said) == 1 and f"cannot write {path} (it is left as it is: {why}" in said[0]
+
+
+def test_an_empty_pick_file_is_written(tmp_path, monkeypatch):
+    path = tmp_path / "picks.json"
+    path.touch()
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(path))
+    _agree.write(kept())
+    _agree.FILE.stamp = None  # another process
+    assert _agree.in_file(DECISION, HERE) == _agree.Agreed("BLOCK: 32", "the pick file", 0.99)
+
+
 def test_a_pick_that_is_none_of_the_decisions_configs_is_not_taken(tmp_path, monkeypatch):
     monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(tmp_path / "picks.json"))
     _agree.write(kept(pick="__import__('os').system('true')"))

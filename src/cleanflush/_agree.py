@@ -484,6 +484,8 @@ def _merge_into(path: str) -> None:
     """Write this process's entries into the one file, keeping every other process's: under a
     lock on the folder that holds it (``flock``, which creates nothing and goes with a process
     that dies), waited for ``LOCK_WAIT_S`` at most."""
+    if os.path.islink(path):  # said as such, before what is behind it is read
+        raise ValueError("it is a symbolic link")
     folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
     try:
         _lock(folder)
@@ -512,13 +514,20 @@ def _identity(entry: Entry) -> str:
 
 
 def _entries_in(path: str) -> list[Entry]:
-    """The entries of ``path`` as it is now: none where it is absent, or torn by a writer that died."""
-    if not os.path.exists(path):
+    """The entries of ``path`` as it is now: none where it is absent or empty; a ValueError where
+    it holds anything else this cleanflush cannot read (another version's picks, a file of the
+    user's named by mistake), which is never written over.  Our writers rename a whole file into
+    place, so none of them leaves a torn one."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:  # not written yet
+        return []
+    if stat.S_ISREG(found.st_mode) and found.st_size == 0:  # made empty by hand (touch): nothing to keep
         return []
     try:
         return read_file(path)
-    except (ValueError, UnicodeDecodeError):  # what a writer that died held is lost; ours are written again
-        return []
+    except (ValueError, UnicodeDecodeError) as exc:  # kept as it is; this process's picks go unkept
+        raise ValueError(f"it is left as it is: {exc}") from None
 
 
 def _replace(path: str, entries: list[Entry]) -> None:
