@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -227,6 +228,15 @@ def test_a_file_the_pick_file_cannot_read_is_never_written_over_said_once(tmp_pa
     assert path.read_text() == content and [p.name for p in tmp_path.iterdir()] == ["picks.json"]
     said = [line for line in capsys.readouterr().err.splitlines() if "picks are not kept" in line]
     assert len(said) == 1 and f"cannot write {path} (it is left as it is: {why}" in said[0]
+
+
+def test_a_fifo_in_place_of_the_one_pick_file_is_never_replaced(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "picks.json"
+    os.mkfifo(path)  # as /dev/null would be: a root process renamed a regular file over it
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(path))
+    _agree.write(kept())
+    assert stat.S_ISFIFO(os.lstat(path).st_mode) and [p.name for p in tmp_path.iterdir()] == ["picks.json"]
+    assert "(it is left as it is: it is not a regular file); picks are not kept" in capsys.readouterr().err
 
 
 def test_an_empty_pick_file_is_written(tmp_path, monkeypatch):
