@@ -589,6 +589,22 @@ def test_status_says_where_picks_are_agreed_and_what_the_pick_file_holds(tmp_pat
     ]
 
 
+def test_status_of_a_folder_with_one_unreadable_file_counts_the_others_and_names_it(tmp_path, monkeypatch):
+    from cleanflush.cli import status
+
+    folder = tmp_path / "picks"
+    monkeypatch.setenv("CLEANFLUSH_PICK_FILE", str(folder) + os.sep)
+    _agree.write(kept())
+    (folder / "picks-other-7.json").write_text("{ torn")
+    said = status.agreement_says({"CLEANFLUSH_PICK_FILE": str(folder) + os.sep})
+    assert said.endswith(
+        "(1 decision(s) in 1 file(s); 1 unreadable, whose picks are not taken (picks-other-7.json: Expecting "
+        "property name enclosed in double quotes: line 1 column 3 (char 2)))"
+    )
+    _agree.FILE.stamp = None  # another process: the readable file's pick is taken, as status says
+    assert _agree.in_file(DECISION, HERE) == _agree.Agreed("BLOCK: 32", "the pick file", 0.99)
+
+
 def test_a_pick_file_alone_turns_cleanflush_on_at_start_up(tmp_path):
     from .conftest import run_python
 

@@ -175,11 +175,21 @@ def _pick_file_state(path: str) -> str:
     names = _agree.files_of(path)
     if not names:
         return "none written yet"
-    try:
-        entries = sum(len(_agree.read_file(name)) for name in names)
-    except (ValueError, UnicodeDecodeError) as exc:  # what a program would say of it, once
-        return f"unreadable: {exc}; its picks are not taken"
-    return f"{entries} decision(s) in {len(names)} file(s)"
+    entries, unreadable = 0, []
+    for name in names:
+        try:
+            entries += len(_agree.read_file(name))
+        except (ValueError, UnicodeDecodeError) as exc:  # what a program would say of it, once
+            unreadable.append((name, exc))
+    if not unreadable:
+        return f"{entries} decision(s) in {len(names)} file(s)"
+    if len(names) == 1:
+        return f"unreadable: {unreadable[0][1]}; its picks are not taken"
+    name, why = unreadable[0]  # a folder: the others' picks are still taken
+    return (
+        f"{entries} decision(s) in {len(names) - len(unreadable)} file(s); {len(unreadable)} unreadable, whose "
+        f"picks are not taken ({os.path.basename(name)}: {why})"
+    )
 
 
 def _probe(progress: bool, wanted: list[str] | None = None) -> list[dict[str, Any]]:
