@@ -913,7 +913,7 @@ def test_a_pick_stored_with_nothing_timed_here_takes_the_one_another_rank_publis
         assert (cache.data[key] is kernel.configs[1]) == (store == "on"), store
 
 
-def test_a_tuner_that_names_no_configs_takes_the_published_pick_among_those_it_timed(monkeypatch):
+def test_a_tuner_that_names_no_configs_takes_the_published_pick_among_those_it_timed(monkeypatch, capsys):
     """A library's tuner that makes its configs per call (no ``configs`` of its own) and times
     them through ``_bench``: the pick another rank published is found among those it timed."""
     from cleanflush import _autotuner, _tunercache
@@ -931,6 +931,11 @@ def test_a_tuner_that_names_no_configs_takes_the_published_pick_among_those_it_t
                 _autotuner._bench(lambda *args, config, ms=ms: ms, tuner, (), {"config": config})
             cache[key] = "BLOCK: 16"
         assert cache.data[key] == (pick if pick == "BLOCK: 32" else "BLOCK: 16"), pick
+    said = [line for line in capsys.readouterr().err.splitlines() if "is none of the configs offered here" in line]
+    assert said == [
+        "cleanflush: the pick rank 0 gave for lib.k (512,) ('BLOCK: 64') is none of the configs offered here; "
+        "this process keeps its own"
+    ]
 
 
 # ---- what a rank publishes and keeps of a Triton pick (#70's sample, seed 20261209) ----------

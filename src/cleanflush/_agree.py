@@ -252,6 +252,16 @@ def publish(decision: Decision, pick: str, ms: float | None, chooses: bool) -> A
     return None if text == mine else read_payload(text)
 
 
+def not_offered(decision: Decision, found: Agreed) -> None:
+    """Said once for ``decision``: the pick ``found`` names none of the configs offered here, so
+    this process keeps its own (and may differ from the ranks that took it)."""
+    say_once(
+        f"agree:not-offered:{decision.name()}",
+        f"the pick {found.source} gave for {decision.op} {decision.key} ({found.pick[:100]!r}) is none of the "
+        "configs offered here; this process keeps its own",
+    )
+
+
 def _rank() -> int | None:
     dist = sys.modules.get("torch.distributed")
     try:

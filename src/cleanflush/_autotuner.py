@@ -115,6 +115,8 @@ def _kept(cache: TunerCache, key: Any, value: Any, sweep: Sweep | None) -> Any:
     if found is not None and taken is not None:
         cache.agreed[key] = found.source
         return taken
+    if found is not None:  # a value written by hand, or a pruner that made other configs here
+        _agree.not_offered(decision, found)
     return value
 
 

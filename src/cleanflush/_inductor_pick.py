@@ -178,6 +178,8 @@ def _agreed(timings: dict[Any, Any], decision: _agree.Decision, label: Any, rule
         kept[taken] = ms[own] * (1 - NUDGE)
     if found is not None and taken is not None:
         kept.agreed = found.source
+    elif found is not None:  # a value written by hand: this process's own pick stands
+        _agree.not_offered(decision, found)
     if kept.agreed != _agree.FROM_FILE:
         final = min(kept, key=kept.__getitem__)
         timed = {label(c): t for c, t in ms.items()}
