@@ -142,8 +142,11 @@ def store_mode() -> str:
 
 def _store(chooses: bool) -> Any:
     """The store to agree through now, under our prefix, or None."""
+    # asked at every autotuned launch: a process of one rank answers before the variable is read
+    if STORE.dead or (STORE.named is None and not _distributed()):
+        return None
     mode = store_mode()
-    if mode == OFF or (mode == AUTO and not chooses) or STORE.dead:
+    if mode == OFF or (mode == AUTO and not chooses):
         return None
     base = STORE.named if STORE.named is not None else _group_store()
     if base is None:
@@ -154,6 +157,15 @@ def _store(chooses: bool) -> Any:
             run = (_env.value("TORCHELASTIC_RUN_ID") or "").strip()
             STORE.prefixed, STORE.base = dist.PrefixStore(PREFIX + (run if run != "none" else "") + "/", base), base
         return STORE.prefixed
+
+
+def _distributed() -> bool:
+    """Whether ``torch.distributed`` runs a process group (imported by the job, never by us)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist is not None and dist.is_available() and dist.is_initialized()
+    except (AttributeError, RuntimeError):  # a build without the functions, or one that cannot answer
+        return False
 
 
 def _group_store() -> Any:

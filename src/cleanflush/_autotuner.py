@@ -286,19 +286,25 @@ def nudged(timings: dict[Any, Any], kept: Any, fastest: Any) -> dict[Any, Any]:
 def _run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Where picks are agreed with other ranks or runs, the tuner's cache is seen (its hooks
     agree each key), and every key this call tuned (or took from another rank) is kept in the
-    pick file."""
-    if not _agree.active(_pick.current_rule().choose is not None):
-        return wrapped(*args, **kwargs)
-    cache = cache_of(instance, needed_by="agreeing on picks")
-    before = set(cache.data) if cache is not None else set()
+    pick file.  A call served from the cache costs a few attribute reads here: it runs at every
+    launch of an autotuned kernel (benchmarks/launch.py)."""
+    cache = getattr(instance, "cache", None)
+    if type(cache) is not TunerCache:  # an ABC's isinstance costs more than the rest of a served call
+        if not _agree.active(_pick.current_rule().choose is not None):
+            return wrapped(*args, **kwargs)
+        cache = cache_of(instance, needed_by="agreeing on picks")
+        if cache is None:
+            return wrapped(*args, **kwargs)
+    stored = len(cache.data)
     timings_before = getattr(instance, "configs_timings", None)
     result = wrapped(*args, **kwargs)
-    if cache is None or _agree.file_path() is None:
+    if len(cache.data) == stored or _agree.file_path() is None:  # nothing tuned, or nowhere to keep it
         return result
     timings = getattr(instance, "configs_timings", None)
     timed = {str(c): ms(t) for c, t in timings.items()} if timings is not timings_before and timings else {}
     rule = _pick.current_rule().name
-    for key in set(cache.data) - before:
+    # the autotuner only adds keys, and a dict keeps them in the order added
+    for key in list(cache.data)[stored:]:
         if cache.agreed.get(key) != _agree.FROM_FILE:  # what the file gave, it holds already
             kept = _agree.entry(decision_of(cache, key), str(cache.data[key]), rule, current_policy(), timed)
             _agree.write(kept)
