@@ -458,6 +458,26 @@ def startup_table(folder: Path) -> str:
     return "\n".join(lines) + "\n\n" + _prose(caption)
 
 
+def launch_table(folder: Path) -> str:
+    """docs/limits.md's launch table: what cleanflush adds to a served autotuned call (CPU record)."""
+    record = _record("launch", RESULTS / "cpu")
+    base = record["ns_a_call"]["triton alone"]
+    lines = ["| variant | ns a served call | added |", "|---|---|---|", f"| Triton alone | {base:.0f} | |"]
+    lines += [
+        f"| {name} | {record['ns_a_call'][name]:.0f} | {added:+.0f} ns ({added / base:+.0%}) |"
+        for name, added in record["added_ns"].items()
+    ]
+    caption = (
+        f"(`launch` study of {_date(record)}, benchmarks/results/cpu/launch.json: {record['cpus']} CPUs, triton "
+        f"{record['triton']}, {record['processes']} fresh processes a variant interleaved, each the median of "
+        f"{record['rounds']} rounds of {record['calls']} calls; added: the median over processes of a variant's "
+        f"time less the baseline's beside it; successive baseline processes differ by "
+        f"{record['baseline_noise_ns']:.0f} ns (median). The kernel's own launch, which a GPU adds to every row, "
+        "is left out.)"
+    )
+    return "\n".join(lines) + "\n\n" + _prose(caption)
+
+
 H100 = RESULTS / "h100"  # the studies run on an H100 only (ranks, persist, audit), whatever the page's folder
 
 
@@ -593,6 +613,7 @@ RENDER: dict[str, Callable[[Path], str]] = {
     "synced": synced_table,
     "hosttime": hosttime_table,
     "startup": startup_table,
+    "launch": launch_table,
     "audit": audit_summary,
     "ranks": ranks_table,
     "persist": persist_table,

@@ -608,3 +608,35 @@ def test_the_persist_table_has_a_column_a_case_and_reads_a_record_from_before_th
     (tmp_path / "persist.json").write_text(json.dumps(old))
     table = quoted.persist_table(tmp_path)
     assert "| us, median of rounds | gemv, 16.0 MiB |" in table and "| window, stock flush | 4.5 |" in table
+
+
+def test_the_launch_studys_baseline_process_refuses_to_run_with_cleanflush_installed(tmp_path):
+    from benchmarks.jobs import served_launch
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANFLUSH") and k != "LAUNCH_CLEANFLUSH"}
+    command = [sys.executable, "-m", served_launch.__name__]
+    alone = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert alone.returncode == 0 and float(alone.stdout.split()[-1]) > 0, alone.stderr[-1500:]
+    # the control: cleanflush installed at start-up, so the baseline would time its wrapper
+    control = subprocess.run(
+        command, env={**env, "CLEANFLUSH": "1"}, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert control.returncode != 0 and "not the variant asked" in control.stderr
+    ours = subprocess.run(
+        command, env={**env, "LAUNCH_CLEANFLUSH": "1"}, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert ours.returncode == 0, ours.stderr[-1500:]
+
+
+def test_the_launch_table_gives_each_variant_against_triton_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(quoted, "RESULTS", tmp_path)
+    (tmp_path / "cpu").mkdir()
+    record = {
+        "machine": {"date": "2026-12-07 23:00 UTC"}, "cpus": 2, "triton": "3.7.1", "processes": 12, "rounds": 9,
+        "calls": 20000, "ns_a_call": {"triton alone": 2000.0, "cleanflush, fastest": 3000.0},
+        "added_ns": {"cleanflush, fastest": 1000.0}, "baseline_noise_ns": 50.0,
+    }  # fmt: skip
+    (tmp_path / "cpu" / "launch.json").write_text(json.dumps(record))
+    table = quoted.launch_table(tmp_path)
+    assert "| Triton alone | 2000 | |" in table and "| cleanflush, fastest | 3000 | +1000 ns (+50%) |" in table
+    assert "differ by 50 ns" in " ".join(table.split())
