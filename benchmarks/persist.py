@@ -8,7 +8,7 @@ largest window):
 * ``gemv``: a one-row GEMV (F.linear, 1 x 4096 @ N x 4096), cuBLAS's kernel;
 * ``sum``: ``torch.sum`` of the weight into float32, torch's own reduction (plain loads).
 
-Each case is timed seven ways, interleaved over ``ROUNDS`` rounds (medians of the rounds):
+Each case is timed eight ways, interleaved over ``ROUNDS`` rounds (medians of the rounds):
 
 * ``no window``: the limit 0, no window; a plain float32 read of 256 MiB before each call
   (``_measure.read_flush_reference``: no cleanflush flush code), the cold reference.
@@ -20,6 +20,9 @@ Each case is timed seven ways, interleaved over ``ROUNDS`` rounds (medians of th
   made a no-op: a write and a read of 2 x L2 alone (and the limit read after it);
 * ``no window, stock flush``: the stock flush's own write-back penalty, so that the window's
   effect under it is the difference between the two stock rows;
+* ``no window, write-read``: write-read's own reference: how long a kernel takes after a clean
+  flush depends on the DRAM traffic before it (docs/policies.md), so ``window, write-read`` is
+  cold where it matches this row, not the plain read's;
 * ``window, no flush`` and ``no window, no flush``: back to back with nothing between calls,
   queued behind a hold (``cost.busy_gpu_time_us``): how fast the kernel is warm.
 
@@ -41,6 +44,16 @@ Predictions for the cases, written before they ran (an H100 SXM, 50 MiB L2, 31.2
 * ``gemv``: as ``sum`` if the size was the cause; no warmer than cold in both sizes if it is
   cuBLAS's hints.
 * the check per flush 0.1-0.3 us of host time; measured 0.58 us (the first runs), so 0.4-0.8.
+
+What the four cases showed (an H100, benchmarks/results/h100/README.md), against those
+predictions: persisting lines survive a write and a read of 2 x L2 (the control) for the sum,
+and the reset takes them away, but no flush left the weight as warm as no flush; the stock
+flush left the summed weight only partly warm (well short of 0.8 x); the window did nothing to
+the GEMV under write-read and made it slower under the stock flush; the check cost 1.2 us, over
+its prediction.  Write-read with the window came out faster than the plain read, which shares
+no code with it but not its traffic either: hence the row above.  Predictions for it: ``window,
+write-read`` within 3% of ``no window, write-read`` in every case; the control at most 0.95 x
+``window, write-read`` for the sum (it was 0.91-0.93).
 
 The window and the limit are set with this file's own ctypes on the libcudart torch loaded
 (``Setter``), not with cleanflush's binding.  Then the host, per call, median of
@@ -194,7 +207,7 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
 
 
 def _one_round(case: dict[str, Any], setter: Setter, stream: Any, most: int, cycles_per_us: float) -> None:
-    """One round of the seven rows of ``case``, each after its window is set (or cleared)."""
+    """One round of the eight rows of ``case``, each after its window is set (or cleared)."""
     import torch
     import triton.testing
 
@@ -232,6 +245,8 @@ def _one_round(case: dict[str, Any], setter: Setter, stream: Any, most: int, cyc
     case["limit_without_the_reset"] = setter.limit()
     persisting(False)  # the stock flush's own penalty, without a window: what the window changes
     row("no window, stock flush", bench("write"))
+    persisting(False)  # write-read's reference: the same flush code and DRAM traffic, no window
+    row("no window, write-read", bench("write-read"))
     # with no flush at all, queued behind a hold (timed one by one, the calls timed the host)
     persisting(True)
     row("window, no flush", busy_gpu_time_us(fn, BACK_TO_BACK_CALLS, cycles_per_us))
