@@ -333,7 +333,13 @@ def pre(nargs):
 def own_configs(configs, named_args, **kwargs):  # a library's pruner that makes configs of its own
     return [triton.Config(dict(c.kwargs), num_warps=2, pre_hook=pre) for c in configs]
 
+def one_key(configs, named_args, **kwargs):  # a library's pruner that keeps its tuner's cache to one key
+    for key in list(add_one.cache):
+        del add_one.cache[key]
+    return configs
+
 PRUNE = {"early_config_prune": own_configs} if os.environ.get("PRUNER") else None
+PRUNE = {"early_config_prune": one_key} if os.environ.get("ONE_KEY") else PRUNE
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=pre) for b in BASE], key=["n"], do_bench=jitter_bench,
                  restore_value=["x_ptr"], prune_configs_by=PRUNE)
@@ -488,6 +494,18 @@ def test_an_entry_for_other_configs_is_tuned_again_and_said(tmp_path):
     run, stderr = fresh_run(tmp_path, 1, CLEANFLUSH_PICK_FILE=str(picks))
     assert all(run["swept"].values())
     assert stderr.count("is tuned again here: its candidate configs are others now") == 4
+
+
+@needs_autotune_do_bench
+@pytest.mark.parametrize("one_key", ["", "1"])  # "": the control, every key kept in the tuner's cache
+def test_every_key_tuned_is_kept_in_the_pick_file_where_a_hook_deletes_keys_meanwhile(tmp_path, one_key):
+    """A library's pruner that deletes the keys tuned before (a cache of one key) runs inside
+    ``Autotuner.run``: the call tunes a key and the cache holds as many as before it."""
+    picks = tmp_path / "picks.json"
+    run, _ = fresh_run(tmp_path, 0, CLEANFLUSH_PICK_FILE=str(picks), ONE_KEY=one_key)
+    assert all(run["swept"].values())
+    keys = {e["decision"]["key"] for e in json.loads(picks.read_text())["entries"]}
+    assert keys == {f"({n}, 'torch.float32')" for n in (64, 128, 192, 256)}
 
 
 def test_pick_store_is_public_and_names_the_store_picks_are_agreed_through():

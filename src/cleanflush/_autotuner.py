@@ -73,7 +73,7 @@ def _on_lookup(cache: TunerCache, key: Any) -> None:
     found = _agree.in_file(decision, _agree.here()) or _agree.published(decision, rule.choose is not None)
     config = _config(list(getattr(cache.tuner, "configs", ())), found.pick) if found is not None else None
     if found is not None and config is not None:
-        cache.data[key] = config
+        cache.keep(key, config)
         cache.agreed[key] = found.source
     elif found is not None:  # a pruner may make it: looked for among what the pruner offers
         SWEEPS[id(cache)] = Sweep(wanted=found.pick)
@@ -295,17 +295,17 @@ def _run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, A
         cache = cache_of(instance, needed_by="agreeing on picks")
         if cache is None:
             return wrapped(*args, **kwargs)
-    stored = len(cache.data)
+    stored = len(cache.stored)
     timings_before = getattr(instance, "configs_timings", None)
     result = wrapped(*args, **kwargs)
-    if len(cache.data) == stored or _agree.file_path() is None:  # nothing tuned, or nowhere to keep it
+    if len(cache.stored) == stored or _agree.file_path() is None:  # nothing tuned, or nowhere to keep it
         return result
     timings = getattr(instance, "configs_timings", None)
     timed = {str(c): ms(t) for c, t in timings.items()} if timings is not timings_before and timings else {}
     rule = _pick.current_rule().name
-    # the autotuner only adds keys, and a dict keeps them in the order added
-    for key in list(cache.data)[stored:]:
-        if cache.agreed.get(key) != _agree.FROM_FILE:  # what the file gave, it holds already
+    # every key stored in this call and still held (a library's hook may delete keys meanwhile)
+    for key in dict.fromkeys(cache.stored[stored:]):
+        if key in cache.data and cache.agreed.get(key) != _agree.FROM_FILE:  # what the file gave, it holds already
             kept = _agree.entry(decision_of(cache, key), str(cache.data[key]), rule, current_policy(), timed)
             _agree.write(kept)
     return result

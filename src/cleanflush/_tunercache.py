@@ -54,6 +54,9 @@ class TunerCache(MutableMapping[Any, Any]):
         # configs timed through the tuner's ``_bench`` (``_autotuner`` counts them): a key stored
         # after none was timed was served, not tuned (Triton's disk cache, a library's own write)
         self.timed = 0
+        # every key stored, in the order stored (filled at a lookup too): what one call of the
+        # tuner added, where a hook of a library's deletes keys meanwhile (``_autotuner._run``)
+        self.stored: list[Any] = []
 
     def __contains__(self, key: object) -> bool:
         for hook in LOOKUPS:
@@ -66,7 +69,12 @@ class TunerCache(MutableMapping[Any, Any]):
     def __setitem__(self, key: Any, value: Any) -> None:
         for hook in STORES:
             value = hook(self, key, value)
+        self.keep(key, value)
+
+    def keep(self, key: Any, value: Any) -> None:
+        """Store ``value`` for ``key`` behind the hooks, noted as stored."""
         self.data[key] = value
+        self.stored.append(key)
 
     def __delitem__(self, key: Any) -> None:
         del self.data[key]
