@@ -508,6 +508,18 @@ def test_every_key_tuned_is_kept_in_the_pick_file_where_a_hook_deletes_keys_mean
     assert keys == {f"({n}, 'torch.float32')" for n in (64, 128, 192, 256)}
 
 
+def test_a_key_stored_again_is_not_added_again_so_a_library_that_restores_its_pick_costs_nothing():
+    from cleanflush._tunercache import TunerCache
+
+    cache = TunerCache({}, types.SimpleNamespace())
+    cache.keep("a", 1)
+    cache.keep("a", 2)  # a library writing its pick back at every call: not a tuning
+    cache.keep("b", 3)
+    del cache["a"]
+    cache.keep("a", 4)  # deleted, then tuned again: a tuning
+    assert cache.added == ["a", "b", "a"] and cache.data == {"a": 4, "b": 3}
+
+
 def test_pick_store_is_public_and_names_the_store_picks_are_agreed_through():
     store = torch_distributed.HashStore()
     cleanflush.pick_store(store)

@@ -295,16 +295,16 @@ def _run(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, A
         cache = cache_of(instance, needed_by="agreeing on picks")
         if cache is None:
             return wrapped(*args, **kwargs)
-    stored = len(cache.stored)
+    added = len(cache.added)
     timings_before = getattr(instance, "configs_timings", None)
     result = wrapped(*args, **kwargs)
-    if len(cache.stored) == stored or _agree.file_path() is None:  # nothing tuned, or nowhere to keep it
+    if len(cache.added) == added or _agree.file_path() is None:  # nothing tuned, or nowhere to keep it
         return result
     timings = getattr(instance, "configs_timings", None)
     timed = {str(c): ms(t) for c, t in timings.items()} if timings is not timings_before and timings else {}
     rule = _pick.current_rule().name
-    # every key stored in this call and still held (a library's hook may delete keys meanwhile)
-    for key in dict.fromkeys(cache.stored[stored:]):
+    # every key this call added and still held (a library's hook may delete keys meanwhile)
+    for key in dict.fromkeys(cache.added[added:]):
         if key in cache.data and cache.agreed.get(key) != _agree.FROM_FILE:  # what the file gave, it holds already
             kept = _agree.entry(decision_of(cache, key), str(cache.data[key]), rule, current_policy(), timed)
             _agree.write(kept)

@@ -54,9 +54,10 @@ class TunerCache(MutableMapping[Any, Any]):
         # configs timed through the tuner's ``_bench`` (``_autotuner`` counts them): a key stored
         # after none was timed was served, not tuned (Triton's disk cache, a library's own write)
         self.timed = 0
-        # every key stored, in the order stored (filled at a lookup too): what one call of the
-        # tuner added, where a hook of a library's deletes keys meanwhile (``_autotuner._run``)
-        self.stored: list[Any] = []
+        # every key new to the cache when stored, in the order added (a lookup's agreed pick
+        # too): what one call of the tuner added, where a hook of a library's deletes keys
+        # meanwhile (``_autotuner._run``); one entry a tuning, none for a key stored again
+        self.added: list[Any] = []
 
     def __contains__(self, key: object) -> bool:
         for hook in LOOKUPS:
@@ -72,9 +73,10 @@ class TunerCache(MutableMapping[Any, Any]):
         self.keep(key, value)
 
     def keep(self, key: Any, value: Any) -> None:
-        """Store ``value`` for ``key`` behind the hooks, noted as stored."""
+        """Store ``value`` for ``key`` behind the hooks; a key new to the cache is noted as added."""
+        if key not in self.data:
+            self.added.append(key)
         self.data[key] = value
-        self.stored.append(key)
 
     def __delitem__(self, key: Any) -> None:
         del self.data[key]
