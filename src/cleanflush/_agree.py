@@ -170,9 +170,11 @@ def _distributed() -> bool:
 
 def _group_store() -> Any:
     """The default process group's store, where ``torch.distributed`` runs more than one rank."""
-    dist = sys.modules.get("torch.distributed")
+    if not _distributed():
+        return None
+    dist = sys.modules["torch.distributed"]
     try:
-        if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        if dist.get_world_size() < 2:
             return None
         from torch.distributed.distributed_c10d import _get_default_store
 
